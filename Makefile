@@ -1,0 +1,56 @@
+# Two set-up commands on a fresh machine: `make demo` and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+APT_PACKAGES := frr bird2 gobgpd mosquitto prometheus iproute2 procps
+STAMP := $(VENV)/.installed
+
+.PHONY: test check lint unit component e2e demo apt venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e . --group test --group lint
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+# Debian packages the component and e2e tiers need (real routers, mosquitto, promtool).
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	  for s in frr mosquitto prometheus bird; do $$SUDO systemctl disable --now $$s >/dev/null 2>&1 || true; done; \
+	fi
+
+lint: $(STAMP)
+	$(BIN)/ruff check bgpd k8s_watcher tests bench
+	$(BIN)/ruff format --check bgpd k8s_watcher tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+# The fast local loop: lint and the unit tier.
+check: lint
+	$(BIN)/pytest -q tests/unit
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+component: $(STAMP) apt
+	$(BIN)/pytest -q tests/component
+
+e2e: $(STAMP) apt
+	$(BIN)/pytest -q -m e2e tests/e2e
+
+test: apt $(STAMP) lint
+	$(BIN)/pytest -q tests
+
+demo: apt $(STAMP)
+	$(BIN)/kube-bgpd lab demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,474 @@
+"""The frozen vocabulary every layer of kube-bgpd speaks.
+
+Three groups of types live here and nowhere else:
+
+* the parsed configuration (MetalLB's kinds: IPAddressPool, BGPPeer, BGPAdvertisement,
+  Community, BFDProfile, plus our SpeakerConfig),
+* the cluster snapshot (Services, EndpointSlices, Nodes, Namespaces) as the pure
+  functions need them, already converted from API objects at the edge,
+* the outputs of the pure functions (routes per peer, skip reasons).
+
+This module must not import anything but the standard library, must do no I/O and must
+hold no mutable state: adapters (Kubernetes, ExaBGP, metrics, MQTT) convert to and from
+these types at their boundary, so the core never sees a client library's objects.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import NewType
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+#: "namespace/name" of a Service; the one key Services are known by everywhere.
+ServiceKey = NewType("ServiceKey", str)
+#: metadata.name of a BGPPeer; metrics, status, MQTT topics and explain use it as is.
+PeerName = NewType("PeerName", str)
+#: metadata.name of an IPAddressPool.
+PoolName = NewType("PoolName", str)
+NodeName = NewType("NodeName", str)
+
+EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def frozen_map(items: Mapping[str, str] | None = None) -> Mapping[str, str]:
+    """Return a read-only copy, so a frozen dataclass cannot be changed through a dict."""
+    return MappingProxyType(dict(items or {}))
+
+
+def service_key(namespace: str, name: str) -> ServiceKey:
+    return ServiceKey(f"{namespace}/{name}")
+
+
+# --------------------------------------------------------------------------- selectors
+
+
+class SelectorOperator(StrEnum):
+    """Operators of a metav1.LabelSelectorRequirement."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorRequirement:
+    key: str
+    operator: SelectorOperator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        present = self.key in labels
+        match self.operator:
+            case SelectorOperator.IN:
+                return present and labels[self.key] in self.values
+            case SelectorOperator.NOT_IN:
+                # Kubernetes: NotIn matches objects that lack the key.
+                return not present or labels[self.key] not in self.values
+            case SelectorOperator.EXISTS:
+                return present
+            case SelectorOperator.DOES_NOT_EXIST:
+                return not present
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """metav1.LabelSelector: matchLabels and matchExpressions, ANDed.
+
+    An empty selector matches everything, as in Kubernetes.
+    """
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match_labels) and all(
+            r.matches(labels) for r in self.match_expressions
+        )
+
+
+def selectors_match(selectors: tuple[LabelSelector, ...], labels: Mapping[str, str]) -> bool:
+    """MetalLB's rule for a list of selectors: none means all; otherwise any one (OR)."""
+    return not selectors or any(s.matches(labels) for s in selectors)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True, slots=True)
+class AddressRange:
+    """An inclusive range of one family; a CIDR is parsed into its first and last address."""
+
+    first: IPAddress
+    last: IPAddress
+    #: The text as written, for messages and explain.
+    text: str
+
+    @property
+    def version(self) -> int:
+        return self.first.version
+
+    def contains(self, ip: IPAddress) -> bool:
+        return ip.version == self.first.version and int(self.first) <= int(ip) <= int(self.last)
+
+    def networks(self) -> tuple[IPNetwork, ...]:
+        """The range as the smallest list of CIDRs covering exactly it."""
+        return tuple(ipaddress.summarize_address_range(self.first, self.last))
+
+    @property
+    def size(self) -> int:
+        return int(self.last) - int(self.first) + 1
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAllocation:
+    """IPAddressPool.spec.serviceAllocation: which Services may take IPs from a pool."""
+
+    priority: int | None = None
+    namespaces: tuple[str, ...] = ()
+    namespace_selectors: tuple[LabelSelector, ...] = ()
+    service_selectors: tuple[LabelSelector, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class IPAddressPool:
+    name: PoolName
+    addresses: tuple[AddressRange, ...]
+    auto_assign: bool = True
+    avoid_buggy_ips: bool = False
+    service_allocation: ServiceAllocation | None = None
+    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+
+    def contains(self, ip: IPAddress) -> bool:
+        return any(r.contains(ip) for r in self.addresses)
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """BGPPeer.spec.passwordSecret: a kubernetes.io/basic-auth Secret's `password` key."""
+
+    name: str
+    namespace: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BGPPeer:
+    name: PeerName
+    my_asn: int
+    peer_asn: int
+    peer_address: IPAddress
+    peer_port: int = 179
+    source_address: IPAddress | None = None
+    router_id: ipaddress.IPv4Address | None = None
+    #: Seconds; 0 disables keepalives (RFC 4271 4.2). MetalLB's default is 90 s.
+    hold_time: int = 90
+    #: Seconds; None means hold_time / 3 as RFC 4271 suggests.
+    keepalive_time: int | None = None
+    #: Seconds; ExaBGP's connect retry is hard-coded, so this is accepted for MetalLB
+    #: compatibility only where it equals the default (the loader says so otherwise).
+    connect_time: int | None = None
+    password: str | None = field(default=None, repr=False)
+    password_secret: SecretRef | None = None
+    password_file: Path | None = None
+    ebgp_multihop: bool = False
+    enable_graceful_restart: bool = False
+    node_selectors: tuple[LabelSelector, ...] = ()
+    bfd_profile: str | None = None
+    #: Our extension: a VRF is not supported; kept out on purpose.
+
+    @property
+    def family(self) -> int:
+        """4 or 6: the address family of the session, which is also the family of the
+        prefixes it carries by default (one session per family, see docs/architecture.md)."""
+        return self.peer_address.version
+
+    @property
+    def is_ibgp(self) -> bool:
+        return self.my_asn == self.peer_asn
+
+
+@dataclass(frozen=True, slots=True)
+class BFDProfile:
+    name: str
+    receive_interval: int = 300
+    transmit_interval: int = 300
+    detect_multiplier: int = 3
+    echo_interval: int = 50
+    echo_mode: bool = False
+    passive_mode: bool = False
+    minimum_ttl: int = 254
+
+
+@dataclass(frozen=True, slots=True)
+class Community:
+    """A Community object: named aliases usable in BGPAdvertisement.spec.communities."""
+
+    name: str
+    #: alias -> value as written ("65000:100" or "large:1:2:3").
+    communities: Mapping[str, str] = field(default=EMPTY_LABELS)
+
+
+@dataclass(frozen=True, slots=True)
+class BGPAdvertisement:
+    name: str
+    ip_address_pools: tuple[PoolName, ...] = ()
+    ip_address_pool_selectors: tuple[LabelSelector, ...] = ()
+    aggregation_length: int = 32
+    aggregation_length_v6: int = 128
+    #: Resolved standard communities, canonical "a:b" text, sorted.
+    communities: tuple[str, ...] = ()
+    #: Resolved large communities, canonical "a:b:c" text (no "large:" prefix), sorted.
+    large_communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+    peers: tuple[PeerName, ...] = ()
+    node_selectors: tuple[LabelSelector, ...] = ()
+
+    def selects_pool(self, pool: IPAddressPool) -> bool:
+        """MetalLB: no pools and no pool selectors means every pool."""
+        if not self.ip_address_pools and not self.ip_address_pool_selectors:
+            return True
+        return pool.name in self.ip_address_pools or any(
+            s.matches(pool.labels) for s in self.ip_address_pool_selectors
+        )
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+@dataclass(frozen=True, slots=True)
+class MQTTConfig:
+    host: str
+    port: int = 1883
+    topic_prefix: str = "kube-bgpd"
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    tls: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SpeakerConfig:
+    """kube-bgpd.io/v1alpha1 SpeakerConfig: the daemon's own settings. Every field has a
+    default so that a file holding only MetalLB kinds is a complete config."""
+
+    #: spec.loadBalancerClass we serve; None serves Services with no class (MetalLB's default).
+    load_balancer_class: str | None = None
+    ignore_exclude_lb: bool = False
+    exabgp_binary: str = "exabgp"
+    work_dir: Path = Path("/run/kube-bgpd")
+    metrics_address: str = "127.0.0.1:7473"
+    mqtt: MQTTConfig | None = None
+    #: Seconds to coalesce bursts of cluster events into one decision.
+    debounce: float = 0.0
+    log_format: LogFormat = LogFormat.TEXT
+    #: Seconds routes are held with GRACEFUL_SHUTDOWN (RFC 8326) before withdrawal.
+    drain_window: float = 30.0
+    drain_on_sigterm: bool = False
+    #: Also let ExaBGP listen so routers can reconnect at once (its own retry backs off to 60 s).
+    listen: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    pools: tuple[IPAddressPool, ...] = ()
+    peers: tuple[BGPPeer, ...] = ()
+    advertisements: tuple[BGPAdvertisement, ...] = ()
+    communities: tuple[Community, ...] = ()
+    bfd_profiles: tuple[BFDProfile, ...] = ()
+    speaker: SpeakerConfig = field(default_factory=SpeakerConfig)
+
+    def pool(self, name: str) -> IPAddressPool | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+    def peer(self, name: str) -> BGPPeer | None:
+        return next((p for p in self.peers if p.name == name), None)
+
+    def pool_of(self, ip: IPAddress) -> IPAddressPool | None:
+        """The pool an IP belongs to; pools never overlap (the loader rejects it)."""
+        return next((p for p in self.pools if p.contains(ip)), None)
+
+
+# --------------------------------------------------------------------------- cluster
+
+
+class TrafficPolicy(StrEnum):
+    CLUSTER = "Cluster"
+    LOCAL = "Local"
+
+
+@dataclass(frozen=True, slots=True)
+class ServicePort:
+    port: int
+    protocol: str = "TCP"
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A Service as the decision and the allocator need it (core/v1 Service)."""
+
+    namespace: str
+    name: str
+    type: str = "LoadBalancer"
+    uid: str = ""
+    load_balancer_class: str | None = None
+    external_traffic_policy: TrafficPolicy = TrafficPolicy.CLUSTER
+    #: status.loadBalancer.ingress[].ip, in order.
+    ingress_ips: tuple[IPAddress, ...] = ()
+    #: spec.loadBalancerIP (deprecated upstream, still honoured).
+    load_balancer_ip: str | None = None
+    ip_families: tuple[str, ...] = ()
+    ip_family_policy: str | None = None
+    ports: tuple[ServicePort, ...] = ()
+    selector: Mapping[str, str] | None = None
+    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+    annotations: Mapping[str, str] = field(default=EMPTY_LABELS)
+
+    @property
+    def key(self) -> ServiceKey:
+        return service_key(self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """One discovery.k8s.io/v1 endpoint. Conditions keep Kubernetes' tri-state (None = unset)."""
+
+    addresses: tuple[str, ...] = ()
+    node_name: str | None = None
+    ready: bool | None = None
+    serving: bool | None = None
+    terminating: bool | None = None
+
+    @property
+    def can_serve(self) -> bool:
+        """MetalLB's EndpointCanServe: ready unset or true, or serving true, so a terminating
+        pod that still serves keeps its route (metallb#2074, KEP-1672)."""
+        return self.ready is None or self.ready or self.serving is True
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointSlice:
+    namespace: str
+    name: str
+    #: The label kubernetes.io/service-name; a slice without it belongs to no Service.
+    service_name: str | None
+    address_type: str = "IPv4"
+    endpoints: tuple[Endpoint, ...] = ()
+
+    @property
+    def service_key(self) -> ServiceKey | None:
+        return None if self.service_name is None else service_key(self.namespace, self.service_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: NodeName
+    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+    annotations: Mapping[str, str] = field(default=EMPTY_LABELS)
+    network_unavailable: bool = False
+    #: status.addresses as (type, address), e.g. ("InternalIP", "172.31.250.11").
+    addresses: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    name: str
+    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything the pure functions read about the cluster, at one instant."""
+
+    services: Mapping[ServiceKey, Service] = field(default_factory=lambda: MappingProxyType({}))
+    #: EndpointSlices grouped by the Service they belong to.
+    endpoint_slices: Mapping[ServiceKey, tuple[EndpointSlice, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
+    nodes: Mapping[NodeName, Node] = field(default_factory=lambda: MappingProxyType({}))
+    namespaces: Mapping[str, Namespace] = field(default_factory=lambda: MappingProxyType({}))
+
+    def endpoints_of(self, key: ServiceKey) -> tuple[Endpoint, ...]:
+        return tuple(ep for s in self.endpoint_slices.get(key, ()) for ep in s.endpoints)
+
+
+# --------------------------------------------------------------------------- decisions
+
+
+class SkipReason(StrEnum):
+    """Why a LoadBalancer Service (or one of its IPs) is not announced from a node.
+
+    MetalLB's camelCase vocabulary where MetalLB has the case; these strings appear in
+    logs, Events, metrics labels, MQTT payloads and `explain` unchanged.
+    """
+
+    NO_IP_ALLOCATED = "noIPAllocated"
+    NOT_OUR_CLASS = "notOurLoadBalancerClass"
+    NO_ENDPOINTS = "noEndpoints"
+    NO_LOCAL_ENDPOINTS = "noLocalEndpoints"
+    NODE_EXCLUDED = "nodeLabeledExcludeBalancers"
+    NODE_NETWORK_UNAVAILABLE = "nodeNetworkUnavailable"
+    NODE_UNKNOWN = "nodeUnknown"
+    IP_NOT_IN_POOL = "ipNotInAnyPool"
+    NO_MATCHING_ADVERTISEMENT = "noMatchingAdvertisement"
+    NO_MATCHING_PEER = "noMatchingPeer"
+    NO_PEER_OF_FAMILY = "noPeerOfFamily"
+    INVALID_ANNOTATION = "invalidAnnotation"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class RouteAttributes:
+    """Path attributes of one announced prefix. Next hop is always `self` (the session's
+    local address), so it is not an attribute here."""
+
+    communities: tuple[str, ...] = ()
+    large_communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+    med: int | None = None
+    #: RFC 8326 GRACEFUL_SHUTDOWN is added by the driver while draining, not by decide().
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One prefix this node announces to one peer, and the Services it carries."""
+
+    peer: PeerName
+    prefix: IPNetwork
+    attributes: RouteAttributes
+    services: tuple[ServiceKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """A LoadBalancer Service, or one IP of it, that this node does not announce, and why."""
+
+    service: ServiceKey
+    reason: SkipReason
+    ip: IPAddress | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    node: NodeName
+    routes: tuple[Route, ...] = ()
+    skipped: tuple[Skip, ...] = ()
+
+    def by_peer(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
+        """The desired set in the shape the ExaBGP driver's apply() takes."""
+        out: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        for r in self.routes:
+            out.setdefault(r.peer, {})[r.prefix] = r.attributes
+        return out
+
+
+#: The desired route set handed to the ExaBGP driver: peer -> prefix -> attributes.
+DesiredRoutes = Mapping[PeerName, Mapping[IPNetwork, RouteAttributes]]
