@@ -472,3 +472,61 @@ class Decision:
 
 #: The desired route set handed to the ExaBGP driver: peer -> prefix -> attributes.
 DesiredRoutes = Mapping[PeerName, Mapping[IPNetwork, RouteAttributes]]
+
+
+# --------------------------------------------------------------------------- speaker state
+
+
+class SessionState(StrEnum):
+    """A BGP session's state as ExaBGP reports it in its neighbor-changes events."""
+
+    DOWN = "down"
+    CONNECTED = "connected"
+    UP = "up"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    """What the speaker knows about one peer: session state from ExaBGP's JSON events and
+    the routes ExaBGP acknowledged (`done`), for metrics, status, MQTT and explain."""
+
+    peer: PeerName
+    address: IPAddress
+    state: SessionState = SessionState.DOWN
+    #: Wall-clock time (time.time()) of the last state change; None before the first.
+    since: float | None = None
+    #: ExaBGP's reason for the last down, e.g. "hold timer expired" or "connection refused".
+    reason: str = ""
+    acknowledged: int = 0
+    pending: int = 0
+
+
+class RouteChange(StrEnum):
+    ANNOUNCED = "announced"
+    WITHDRAWN = "withdrawn"
+
+
+@dataclass(frozen=True, slots=True)
+class RouteEvent:
+    """A route this node started or stopped announcing to a peer (acknowledged by ExaBGP)."""
+
+    node: NodeName
+    peer: PeerName
+    prefix: IPNetwork
+    change: RouteChange
+    attributes: RouteAttributes | None
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEvent:
+    """A BGP session state change."""
+
+    node: NodeName
+    peer: PeerName
+    state: SessionState
+    reason: str
+    at: float
+
+
+SpeakerEvent = RouteEvent | PeerEvent
