@@ -144,7 +144,7 @@ class IPAddressPool:
     auto_assign: bool = True
     avoid_buggy_ips: bool = False
     service_allocation: ServiceAllocation | None = None
-    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
     def contains(self, ip: IPAddress) -> bool:
         return any(r.contains(ip) for r in self.addresses)
@@ -212,7 +212,7 @@ class Community:
 
     name: str
     #: alias -> value as written ("65000:100" or "large:1:2:3").
-    communities: Mapping[str, str] = field(default=EMPTY_LABELS)
+    communities: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,8 +329,8 @@ class Service:
     ip_family_policy: str | None = None
     ports: tuple[ServicePort, ...] = ()
     selector: Mapping[str, str] | None = None
-    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
-    annotations: Mapping[str, str] = field(default=EMPTY_LABELS)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
     @property
     def key(self) -> ServiceKey:
@@ -371,8 +371,8 @@ class EndpointSlice:
 @dataclass(frozen=True, slots=True)
 class Node:
     name: NodeName
-    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
-    annotations: Mapping[str, str] = field(default=EMPTY_LABELS)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
     network_unavailable: bool = False
     #: status.addresses as (type, address), e.g. ("InternalIP", "172.31.250.11").
     addresses: tuple[tuple[str, str], ...] = ()
@@ -381,7 +381,7 @@ class Node:
 @dataclass(frozen=True, slots=True)
 class Namespace:
     name: str
-    labels: Mapping[str, str] = field(default=EMPTY_LABELS)
+    labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
 
 
 @dataclass(frozen=True, slots=True)
