@@ -1,0 +1,532 @@
+"""Prometheus metrics of the speaker and the controller, read from live state at scrape time.
+
+Two kinds of metric live here, as prometheus_client's documentation recommends:
+
+* State, exposed by custom collectors (`SpeakerCollector`, `PoolCollector`,
+  `MQTTCollector`) that read the daemon's current state when Prometheus scrapes. A
+  withdrawn route or a removed peer simply is not in the state any more, so its series
+  disappears by itself; nothing has to remember to delete a label set (MetalLB has to).
+  Counters that another component already keeps (ExaBGP commands sent, ExaBGP restarts,
+  MQTT drops) are exposed the same way, so there is one source of truth.
+* Events, recorded inline when they happen: reconcile duration, convergence latency by
+  phase, watch events and relists. Callers record them through `SpeakerMetrics` /
+  `ControllerMetrics` methods, never through prometheus_client objects, so names,
+  labels and buckets stay in this file.
+
+The collaborators are small Protocols of our own (`SpeakerView`, `MQTTView`) built from
+`bgpd.model` types: tests hand in plain in-memory implementations and the composition
+root adapts the real driver and reconciler. This module must not import the Kubernetes
+client, the ExaBGP driver, the reconciler or the MQTT publisher (import-linter keeps the
+adapters independent); the Kubernetes watcher reaches the watch counters through plain
+callables the composition root passes it (`SpeakerMetrics.watch_event`, `.relist`).
+
+Every metric takes a `registry`, so tests use a fresh `CollectorRegistry` and two
+daemons in one test process never share series. The node is the scrape target, so no
+metric carries a `node` label except `kube_bgpd_speaker_info`, which dashboards join on.
+"""
+
+from __future__ import annotations
+
+from collections import Counter as _Counts
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bgpd import __version__
+from bgpd.model import (
+    ClusterSnapshot,
+    Decision,
+    DesiredRoutes,
+    NodeName,
+    PeerName,
+    PeerStatus,
+    PoolName,
+    ServiceKey,
+    SessionState,
+    SkipReason,
+)
+
+PREFIX = "kube_bgpd"
+
+#: Convergence is milliseconds when healthy (lab-notes: ~2 ms per announce) and seconds
+#: under load (10,000 routes take ~1.7 s); the top buckets catch a stuck pipeline.
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+
+class ConvergencePhase(StrEnum):
+    """The legs of "a Kubernetes change reaches the routers", timed separately so a slow
+    leg is visible: the debounce and decision, then ExaBGP's acknowledgement."""
+
+    #: A watch event was received -> the decision that reflects it was made.
+    DECIDE = "decide"
+    #: The decision was handed to the driver -> ExaBGP acknowledged every command (`done`).
+    ACKNOWLEDGE = "acknowledge"
+    #: A watch event was received -> ExaBGP acknowledged: what an operator waits for.
+    TOTAL = "total"
+
+
+# --------------------------------------------------------------------------- protocols
+
+
+class SpeakerView(Protocol):
+    """What the speaker collector reads at scrape time. Every method must be cheap and
+    non-blocking (it runs in the listener's request handler) and return a consistent
+    value that the caller will not mutate afterwards."""
+
+    def peer_status(self) -> Mapping[PeerName, PeerStatus]:
+        """Session state and acknowledged/pending counts per configured peer."""
+        ...
+
+    def acknowledged(self) -> DesiredRoutes:
+        """The routes ExaBGP acknowledged (`done`), per peer: what the routers were sent."""
+        ...
+
+    def last_decision(self) -> Decision | None:
+        """The last decision the reconciler made; None before the first."""
+        ...
+
+    def last_snapshot(self) -> ClusterSnapshot | None:
+        """The cluster snapshot that decision was made from; None before the first."""
+        ...
+
+    def exabgp_running(self) -> bool: ...
+
+    def exabgp_restarts(self) -> int:
+        """How many times the driver restarted ExaBGP after it died (not the first start)."""
+        ...
+
+    def commands_sent(self) -> Mapping[str, int]:
+        """ExaBGP API commands written since start, by kind (announce, withdraw, eor, ...)."""
+        ...
+
+    def config_loaded(self) -> bool:
+        """A valid configuration is in use."""
+        ...
+
+    def config_stale(self) -> bool:
+        """The newest configuration was rejected; the last valid one is still in use."""
+        ...
+
+    def synced(self) -> Mapping[str, bool]:
+        """Per watched kind, whether its first list completed (decisions wait for all)."""
+        ...
+
+
+class MQTTView(Protocol):
+    """What the MQTT publisher exposes; the counters are its own, kept where they change."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    @property
+    def published(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def queued(self) -> int: ...
+
+    @property
+    def connects(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StaticSpeakerView:
+    """A `SpeakerView` over fixed values: what a status dump holds, and what tests and
+    `promtool` checks feed the collector. The live speaker adapts its driver instead."""
+
+    peers: Mapping[PeerName, PeerStatus] = field(default_factory=dict)
+    routes: DesiredRoutes = field(default_factory=dict)
+    decision: Decision | None = None
+    snapshot: ClusterSnapshot | None = None
+    running: bool = False
+    restarts: int = 0
+    commands: Mapping[str, int] = field(default_factory=dict)
+    loaded: bool = False
+    stale: bool = False
+    kinds_synced: Mapping[str, bool] = field(default_factory=dict)
+
+    def peer_status(self) -> Mapping[PeerName, PeerStatus]:
+        return self.peers
+
+    def acknowledged(self) -> DesiredRoutes:
+        return self.routes
+
+    def last_decision(self) -> Decision | None:
+        return self.decision
+
+    def last_snapshot(self) -> ClusterSnapshot | None:
+        return self.snapshot
+
+    def exabgp_running(self) -> bool:
+        return self.running
+
+    def exabgp_restarts(self) -> int:
+        return self.restarts
+
+    def commands_sent(self) -> Mapping[str, int]:
+        return self.commands
+
+    def config_loaded(self) -> bool:
+        return self.loaded
+
+    def config_stale(self) -> bool:
+        return self.stale
+
+    def synced(self) -> Mapping[str, bool]:
+        return self.kinds_synced
+
+
+PoolUsage = Mapping[PoolName, tuple[int, int]]
+"""pool -> (addresses in the pool, addresses in use), as bgpd.allocation.pool_usage gives."""
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+_Family = GaugeMetricFamily | CounterMetricFamily
+
+
+def _name(short: str) -> str:
+    return f"{PREFIX}_{short}"
+
+
+def _gauge(short: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
+    return GaugeMetricFamily(_name(short), doc, labels=list(labels))
+
+
+def _counter(short: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
+    # CounterMetricFamily appends _total itself.
+    return CounterMetricFamily(_name(short), doc, labels=list(labels))
+
+
+def serving_services(decision: Decision, snapshot: ClusterSnapshot | None) -> dict[ServiceKey, int]:
+    """Services this speaker is responsible for -> endpoints in the cluster that can serve.
+
+    "Responsible for" means every Service the decision routed or skipped for a reason other
+    than belonging to another load-balancer class: exactly the Services an operator expects
+    some node to announce. The endpoint count is cluster-wide (every speaker sees the whole
+    cluster), so the alert "serving endpoints but no node announces it" can take the max
+    across nodes and compare it with the announced series.
+    """
+    keys: set[ServiceKey] = {s for r in decision.routes for s in r.services}
+    keys.update(s.service for s in decision.skipped if s.reason is not SkipReason.NOT_OUR_CLASS)
+    if snapshot is None:
+        return {}
+    return {k: sum(1 for ep in snapshot.endpoints_of(k) if ep.can_serve) for k in sorted(keys)}
+
+
+# --------------------------------------------------------------------------- collectors
+
+
+class SpeakerCollector(Collector):
+    """Builds every state metric of one speaker from a `SpeakerView` at scrape time."""
+
+    def __init__(self, view: SpeakerView, *, node: NodeName) -> None:
+        self._view = view
+        self._node = node
+
+    def describe(self) -> Iterator[Metric]:
+        # Returning the empty families lets the registry refuse duplicate names at
+        # registration time without touching live state.
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        fams = self._families()
+        (
+            info,
+            up,
+            since,
+            acked,
+            pending,
+            announced,
+            skipped,
+            serving,
+            commands,
+            restarts,
+            running,
+            loaded,
+            stale,
+            synced,
+        ) = fams
+        view = self._view
+        info.add_metric([self._node, __version__], 1)
+
+        for name, st in sorted(view.peer_status().items()):
+            up.add_metric([name], 1 if st.state is SessionState.UP else 0)
+            if st.since is not None:
+                since.add_metric([name], st.since)
+            acked.add_metric([name], st.acknowledged)
+            pending.add_metric([name], st.pending)
+
+        decision = view.last_decision()
+        if decision is not None:
+            ack = view.acknowledged()
+            for route in sorted(decision.routes, key=lambda r: (r.peer, r.prefix.compressed)):
+                done = route.prefix in ack.get(route.peer, {})
+                for svc in route.services:
+                    announced.add_metric(
+                        [svc, route.prefix.with_prefixlen, route.peer], 1 if done else 0
+                    )
+            for reason, count in sorted(skipped_counts(decision).items()):
+                skipped.add_metric([reason.value], count)
+            for svc, count in serving_services(decision, view.last_snapshot()).items():
+                serving.add_metric([svc], count)
+
+        for kind, n in sorted(view.commands_sent().items()):
+            commands.add_metric([kind], n)
+        restarts.add_metric([], view.exabgp_restarts())
+        running.add_metric([], 1 if view.exabgp_running() else 0)
+        loaded.add_metric([], 1 if view.config_loaded() else 0)
+        stale.add_metric([], 1 if view.config_stale() else 0)
+        for kind, ok in sorted(view.synced().items()):
+            synced.add_metric([kind], 1 if ok else 0)
+        yield from fams
+
+    @staticmethod
+    def _families() -> tuple[_Family, ...]:
+        return (
+            _gauge(
+                "speaker_info",
+                "Always 1; labels name this speaker's node and version (join on instance).",
+                ["node", "version"],
+            ),
+            _gauge("bgp_session_up", "1 if the BGP session to the peer is established.", ["peer"]),
+            _gauge(
+                "bgp_session_last_change_timestamp_seconds",
+                "Unix time of the peer's last session state change.",
+                ["peer"],
+            ),
+            _gauge(
+                "bgp_prefixes_acknowledged",
+                "Prefixes ExaBGP acknowledged for the peer (sent, not only desired).",
+                ["peer"],
+            ),
+            _gauge(
+                "bgp_prefixes_pending",
+                "Announce or withdraw commands for the peer not yet acknowledged by ExaBGP.",
+                ["peer"],
+            ),
+            _gauge(
+                "service_announced",
+                "Per Service, prefix and peer this node decided to announce: 1 once ExaBGP "
+                "acknowledged it, 0 while pending. Absent when not announced.",
+                ["service", "prefix", "peer"],
+            ),
+            _gauge(
+                "services_skipped",
+                "LoadBalancer Services this node does not announce (some IP), by reason.",
+                ["reason"],
+            ),
+            _gauge(
+                "service_serving_endpoints",
+                "Endpoints in the cluster that can serve, per Service this speaker handles.",
+                ["service"],
+            ),
+            _counter("exabgp_commands", "ExaBGP API commands written, by kind.", ["kind"]),
+            _counter("exabgp_restarts", "Times ExaBGP was restarted after it exited."),
+            _gauge("exabgp_running", "1 while the ExaBGP child process runs."),
+            _gauge("config_loaded", "1 once a valid configuration is in use."),
+            _gauge(
+                "config_stale",
+                "1 while the newest configuration is rejected and the last valid one is used.",
+            ),
+            _gauge(
+                "cache_synced",
+                "1 once the first list of the watched kind completed.",
+                ["kind"],
+            ),
+        )
+
+
+class PoolCollector(Collector):
+    """Allocator pool usage (controller side), read from the allocator's current result."""
+
+    def __init__(self, usage: Callable[[], PoolUsage]) -> None:
+        self._usage = usage
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        total, used = fams = self._families()
+        for pool, (size, in_use) in sorted(self._usage().items()):
+            total.add_metric([pool], size)
+            used.add_metric([pool], in_use)
+        yield from fams
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (
+            _gauge("pool_addresses", "Addresses in the IPAddressPool.", ["pool"]),
+            _gauge(
+                "pool_addresses_in_use",
+                "Addresses of the IPAddressPool assigned to Services.",
+                ["pool"],
+            ),
+        )
+
+
+class MQTTCollector(Collector):
+    """The MQTT publisher's connection state and its own counters."""
+
+    def __init__(self, view: MQTTView) -> None:
+        self._view = view
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        connected, published, dropped, queued, connects = fams = self._families()
+        v = self._view
+        connected.add_metric([], 1 if v.connected else 0)
+        published.add_metric([], v.published)
+        dropped.add_metric([], v.dropped)
+        queued.add_metric([], v.queued)
+        connects.add_metric([], v.connects)
+        yield from fams
+
+    @staticmethod
+    def _families() -> tuple[_Family, ...]:
+        return (
+            _gauge("mqtt_connected", "1 while connected to the MQTT broker."),
+            _counter("mqtt_messages_published", "MQTT messages the broker accepted."),
+            _counter(
+                "mqtt_events_dropped",
+                "Events dropped because the queue to a slow or absent broker was full.",
+            ),
+            _gauge("mqtt_events_queued", "Events waiting for the MQTT broker."),
+            _counter("mqtt_connects", "Successful connections to the MQTT broker."),
+        )
+
+
+# --------------------------------------------------------------------------- event metrics
+
+
+class WatchMetrics:
+    """Watch events and relists per kind. The watcher gets the bound methods as plain
+    callables, so it never imports this module."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._events = Counter(
+            _name("watch_events"),
+            "Kubernetes watch events received, by kind and type (ADDED, MODIFIED, DELETED).",
+            ["kind", "type"],
+            registry=registry,
+        )
+        self._relists = Counter(
+            _name("watch_relists"),
+            "Full lists of a kind (first sync, 410 Gone, reconnects).",
+            ["kind"],
+            registry=registry,
+        )
+
+    def watch_event(self, kind: str, event_type: str) -> None:
+        self._events.labels(kind=kind, type=event_type).inc()
+
+    def relist(self, kind: str) -> None:
+        self._relists.labels(kind=kind).inc()
+
+
+class SpeakerMetrics(WatchMetrics):
+    """Everything one speaker exports: the state collector(s) plus the inline event
+    metrics. The composition root creates one and calls its `observe_*` methods."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        view: SpeakerView,
+        *,
+        node: NodeName,
+        mqtt: MQTTView | None = None,
+    ) -> None:
+        super().__init__(registry)
+        self.registry = registry
+        registry.register(SpeakerCollector(view, node=node))
+        if mqtt is not None:
+            registry.register(MQTTCollector(mqtt))
+        self._reconcile = Histogram(
+            _name("reconcile_duration_seconds"),
+            "Time to rebuild the snapshot, decide and hand the routes to the driver.",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self._convergence = Histogram(
+            _name("convergence_seconds"),
+            "Latency from a Kubernetes event to the routers, by phase "
+            "(decide, acknowledge, total).",
+            ["phase"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        # Pre-create each phase so dashboards see zero rather than nothing before the first.
+        for phase in ConvergencePhase:
+            self._convergence.labels(phase=phase.value)
+
+    def observe_reconcile(self, seconds: float) -> None:
+        self._reconcile.observe(seconds)
+
+    def observe_convergence(self, phase: ConvergencePhase, seconds: float) -> None:
+        """Record one leg; seconds below zero (clock steps) are clamped, not dropped."""
+        self._convergence.labels(phase=phase.value).observe(max(0.0, seconds))
+
+
+class ControllerMetrics(WatchMetrics):
+    """What the controller exports: pool usage from state plus watch counters."""
+
+    def __init__(self, registry: CollectorRegistry, usage: Callable[[], PoolUsage]) -> None:
+        super().__init__(registry)
+        self.registry = registry
+        registry.register(PoolCollector(usage))
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The registry in Prometheus' text format (version 0.0.4), as /metrics serves it."""
+    return generate_latest(registry)
+
+
+_SUFFIXES: Mapping[str, tuple[str, ...]] = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_sum", "_count"),
+    "summary": ("_sum", "_count"),
+}
+
+
+def metric_names(registry: CollectorRegistry) -> frozenset[str]:
+    """Every series name the registry exports (counters as ..._total, histograms as
+    _bucket/_sum/_count), even before a labelled metric's first sample, for the tests
+    that check dashboards and alert rules only use names that exist."""
+    names: set[str] = set()
+    for metric in registry.collect():
+        suffixes = _SUFFIXES.get(metric.type, ())
+        names.update(metric.name + s for s in suffixes)
+        if metric.type != "counter":
+            names.add(metric.name)
+    return frozenset(names)
+
+
+def skipped_counts(decision: Decision) -> Mapping[SkipReason, int]:
+    """Distinct Services skipped per reason: what kube_bgpd_services_skipped exports."""
+    return _Counts(r for r, _ in {(s.reason, s.service) for s in decision.skipped})

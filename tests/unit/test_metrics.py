@@ -1,0 +1,330 @@
+"""The metrics collectors are pure functions of state: feed in-memory state, read samples."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from bgpd.metrics import (
+    ControllerMetrics,
+    ConvergencePhase,
+    MQTTCollector,
+    SpeakerMetrics,
+    StaticSpeakerView,
+    metric_names,
+    serving_services,
+    skipped_counts,
+)
+from bgpd.model import (
+    ClusterSnapshot,
+    Decision,
+    Endpoint,
+    EndpointSlice,
+    NodeName,
+    PeerName,
+    PeerStatus,
+    PoolName,
+    Route,
+    RouteAttributes,
+    ServiceKey,
+    SessionState,
+    Skip,
+    SkipReason,
+)
+
+NODE = NodeName("node-a")
+R1 = PeerName("router-1")
+R2 = PeerName("router-2")
+WEB = ServiceKey("default/web")
+DNS = ServiceKey("kube-system/dns")
+P_WEB = ipaddress.ip_network("10.99.100.1/32")
+P_DNS = ipaddress.ip_network("10.99.100.2/32")
+ATTRS = RouteAttributes(communities=("65000:100",))
+
+
+class LiveView:
+    """A view whose state a test swaps between scrapes, as the daemon's state changes."""
+
+    def __init__(self, state: StaticSpeakerView) -> None:
+        self.state = state
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.state, name)
+
+
+def _route(peer: PeerName, prefix: ipaddress.IPv4Network, *services: ServiceKey) -> Route:
+    return Route(peer=peer, prefix=prefix, attributes=ATTRS, services=services)
+
+
+def _registry(view: object) -> tuple[CollectorRegistry, SpeakerMetrics]:
+    reg = CollectorRegistry()
+    return reg, SpeakerMetrics(reg, view, node=NODE)  # type: ignore[arg-type]
+
+
+def _value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return reg.get_sample_value(name, labels)
+
+
+@pytest.mark.parametrize(
+    ("status", "up", "since"),
+    [
+        pytest.param(
+            PeerStatus(R1, ipaddress.ip_address("172.31.250.1"), SessionState.UP, 1700.5, "", 3, 1),
+            1.0,
+            1700.5,
+            id="established",
+        ),
+        pytest.param(
+            PeerStatus(R1, ipaddress.ip_address("172.31.250.1"), SessionState.CONNECTED, 99.0),
+            0.0,
+            99.0,
+            id="connected-is-not-up",
+        ),
+        pytest.param(
+            PeerStatus(R1, ipaddress.ip_address("172.31.250.1")),
+            0.0,
+            None,
+            id="never-changed-has-no-timestamp",
+        ),
+    ],
+)
+def test_session_metrics_follow_peer_status(
+    status: PeerStatus, up: float, since: float | None
+) -> None:
+    reg, _ = _registry(StaticSpeakerView(peers={R1: status}))
+    assert _value(reg, "kube_bgpd_bgp_session_up", peer=R1) == up
+    assert _value(reg, "kube_bgpd_bgp_session_last_change_timestamp_seconds", peer=R1) == since
+    assert _value(reg, "kube_bgpd_bgp_prefixes_acknowledged", peer=R1) == status.acknowledged
+    assert _value(reg, "kube_bgpd_bgp_prefixes_pending", peer=R1) == status.pending
+
+
+def test_announced_series_follow_decision_and_acknowledgement_and_disappear() -> None:
+    decision = Decision(
+        node=NODE,
+        routes=(_route(R1, P_WEB, WEB), _route(R2, P_WEB, WEB), _route(R1, P_DNS, DNS)),
+    )
+    # router-2 has not acknowledged web yet; dns is acknowledged on router-1.
+    acked = {R1: {P_WEB: ATTRS, P_DNS: ATTRS}}
+    view = LiveView(StaticSpeakerView(decision=decision, routes=acked))
+    reg, _ = _registry(view)
+    name = "kube_bgpd_service_announced"
+    assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R1) == 1.0
+    assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R2) == 0.0
+    assert _value(reg, name, service=DNS, prefix="10.99.100.2/32", peer=R1) == 1.0
+
+    # dns withdrawn: its series is gone at the next scrape without anyone deleting it.
+    view.state = StaticSpeakerView(
+        decision=Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)), routes=acked
+    )
+    assert _value(reg, name, service=DNS, prefix="10.99.100.2/32", peer=R1) is None
+    assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R2) is None
+    assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R1) == 1.0
+
+
+def test_one_prefix_shared_by_two_services_gives_one_series_each() -> None:
+    decision = Decision(node=NODE, routes=(_route(R1, P_WEB, WEB, DNS),))
+    reg, _ = _registry(StaticSpeakerView(decision=decision, routes={R1: {P_WEB: ATTRS}}))
+    for svc in (WEB, DNS):
+        assert (
+            _value(
+                reg, "kube_bgpd_service_announced", service=svc, prefix="10.99.100.1/32", peer=R1
+            )
+            == 1.0
+        )
+
+
+def test_skipped_services_count_distinct_services_per_reason() -> None:
+    other = ServiceKey("default/other")
+    decision = Decision(
+        node=NODE,
+        skipped=(
+            # One Service skipped for two of its IPs counts once.
+            Skip(WEB, SkipReason.NO_MATCHING_PEER, ipaddress.ip_address("10.99.100.1")),
+            Skip(WEB, SkipReason.NO_MATCHING_PEER, ipaddress.ip_address("10.99.100.3")),
+            Skip(DNS, SkipReason.NO_LOCAL_ENDPOINTS),
+            Skip(other, SkipReason.NO_LOCAL_ENDPOINTS),
+        ),
+    )
+    assert skipped_counts(decision) == {
+        SkipReason.NO_MATCHING_PEER: 1,
+        SkipReason.NO_LOCAL_ENDPOINTS: 2,
+    }
+    reg, _ = _registry(StaticSpeakerView(decision=decision))
+    assert _value(reg, "kube_bgpd_services_skipped", reason="noMatchingPeer") == 1.0
+    assert _value(reg, "kube_bgpd_services_skipped", reason="noLocalEndpoints") == 2.0
+    assert _value(reg, "kube_bgpd_services_skipped", reason="noEndpoints") is None
+
+
+def _slice(svc: str, *endpoints: Endpoint) -> EndpointSlice:
+    ns, name = svc.split("/")
+    return EndpointSlice(namespace=ns, name=f"{name}-x", service_name=name, endpoints=endpoints)
+
+
+@pytest.mark.parametrize(
+    ("decision", "slices", "expected"),
+    [
+        pytest.param(
+            Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)),
+            {WEB: (_slice(WEB, Endpoint(ready=True), Endpoint(ready=False)),)},
+            {WEB: 1},
+            id="routed-counts-serving-endpoints",
+        ),
+        pytest.param(
+            Decision(node=NODE, skipped=(Skip(WEB, SkipReason.NO_LOCAL_ENDPOINTS),)),
+            {
+                WEB: (
+                    _slice(
+                        WEB,
+                        Endpoint(ready=None, node_name="node-b"),
+                        Endpoint(ready=False, serving=True, terminating=True),
+                    ),
+                )
+            },
+            {WEB: 2},
+            id="skipped-here-but-serving-elsewhere",
+        ),
+        pytest.param(
+            Decision(node=NODE, skipped=(Skip(WEB, SkipReason.NO_ENDPOINTS),)),
+            {},
+            {WEB: 0},
+            id="no-endpoints",
+        ),
+        pytest.param(
+            Decision(node=NODE, skipped=(Skip(DNS, SkipReason.NOT_OUR_CLASS),)),
+            {DNS: (_slice(DNS, Endpoint(ready=True)),)},
+            {},
+            id="other-class-is-not-ours-to-alert-on",
+        ),
+    ],
+)
+def test_serving_services(
+    decision: Decision,
+    slices: Mapping[ServiceKey, tuple[EndpointSlice, ...]],
+    expected: dict[ServiceKey, int],
+) -> None:
+    snapshot = ClusterSnapshot(endpoint_slices=slices)
+    assert serving_services(decision, snapshot) == expected
+    reg, _ = _registry(StaticSpeakerView(decision=decision, snapshot=snapshot))
+    for svc, count in expected.items():
+        assert _value(reg, "kube_bgpd_service_serving_endpoints", service=svc) == count
+
+
+def test_daemon_state_gauges_and_counters() -> None:
+    view = StaticSpeakerView(
+        running=True,
+        restarts=2,
+        commands={"announce": 7, "withdraw": 3, "eor": 1},
+        loaded=True,
+        stale=True,
+        kinds_synced={"Service": True, "EndpointSlice": False},
+    )
+    reg, _ = _registry(view)
+    assert _value(reg, "kube_bgpd_exabgp_running") == 1.0
+    assert _value(reg, "kube_bgpd_exabgp_restarts_total") == 2.0
+    assert _value(reg, "kube_bgpd_exabgp_commands_total", kind="announce") == 7.0
+    assert _value(reg, "kube_bgpd_exabgp_commands_total", kind="eor") == 1.0
+    assert _value(reg, "kube_bgpd_config_loaded") == 1.0
+    assert _value(reg, "kube_bgpd_config_stale") == 1.0
+    assert _value(reg, "kube_bgpd_cache_synced", kind="Service") == 1.0
+    assert _value(reg, "kube_bgpd_cache_synced", kind="EndpointSlice") == 0.0
+    assert _value(reg, "kube_bgpd_speaker_info", node=NODE, version=_version()) == 1.0
+
+
+def _version() -> str:
+    from bgpd import __version__
+
+    return __version__
+
+
+def test_convergence_and_reconcile_histograms() -> None:
+    reg, m = _registry(StaticSpeakerView())
+    # Every phase exists before the first observation so dashboards show 0, not nothing.
+    for phase in ConvergencePhase:
+        assert _value(reg, "kube_bgpd_convergence_seconds_count", phase=phase.value) == 0.0
+    m.observe_convergence(ConvergencePhase.DECIDE, 0.003)
+    m.observe_convergence(ConvergencePhase.TOTAL, -0.5)  # a clock step: clamped to 0
+    m.observe_reconcile(0.02)
+    assert _value(reg, "kube_bgpd_convergence_seconds_count", phase="decide") == 1.0
+    assert _value(reg, "kube_bgpd_convergence_seconds_bucket", phase="decide", le="0.0025") == 0
+    assert _value(reg, "kube_bgpd_convergence_seconds_bucket", phase="decide", le="0.005") == 1
+    assert _value(reg, "kube_bgpd_convergence_seconds_sum", phase="total") == 0.0
+    assert _value(reg, "kube_bgpd_convergence_seconds_bucket", phase="total", le="0.001") == 1
+    assert _value(reg, "kube_bgpd_reconcile_duration_seconds_count") == 1.0
+
+
+def test_watch_counters_are_plain_callables() -> None:
+    reg, m = _registry(StaticSpeakerView())
+    on_event, on_relist = m.watch_event, m.relist  # what the watcher receives
+    on_event("Service", "ADDED")
+    on_event("Service", "ADDED")
+    on_event("EndpointSlice", "DELETED")
+    on_relist("Service")
+    assert _value(reg, "kube_bgpd_watch_events_total", kind="Service", type="ADDED") == 2.0
+    assert _value(reg, "kube_bgpd_watch_events_total", kind="EndpointSlice", type="DELETED") == 1
+    assert _value(reg, "kube_bgpd_watch_relists_total", kind="Service") == 1.0
+
+
+def test_pool_usage_from_allocator_state() -> None:
+    usage: dict[PoolName, tuple[int, int]] = {PoolName("default"): (256, 12)}
+    reg = CollectorRegistry()
+    ControllerMetrics(reg, lambda: usage)
+    assert _value(reg, "kube_bgpd_pool_addresses", pool="default") == 256.0
+    assert _value(reg, "kube_bgpd_pool_addresses_in_use", pool="default") == 12.0
+    usage.clear()  # pool removed from the config: its series goes with it
+    assert _value(reg, "kube_bgpd_pool_addresses", pool="default") is None
+
+
+@dataclass
+class PublisherState:
+    connected: bool = True
+    published: int = 10
+    dropped: int = 4
+    queued: int = 2
+    connects: int = 3
+
+
+def test_mqtt_collector_reads_publisher_counters() -> None:
+    reg = CollectorRegistry()
+    reg.register(MQTTCollector(PublisherState()))
+    assert _value(reg, "kube_bgpd_mqtt_connected") == 1.0
+    assert _value(reg, "kube_bgpd_mqtt_messages_published_total") == 10.0
+    assert _value(reg, "kube_bgpd_mqtt_events_dropped_total") == 4.0
+    assert _value(reg, "kube_bgpd_mqtt_events_queued") == 2.0
+    assert _value(reg, "kube_bgpd_mqtt_connects_total") == 3.0
+
+
+def test_registering_twice_in_one_registry_is_refused() -> None:
+    reg, _ = _registry(StaticSpeakerView())
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        SpeakerMetrics(reg, StaticSpeakerView(), node=NODE)
+
+
+def test_metric_names_lists_every_exported_series_name() -> None:
+    # Speaker and controller are separate processes with a registry each.
+    reg, _ = _registry(StaticSpeakerView())
+    reg.register(MQTTCollector(PublisherState()))
+    controller = CollectorRegistry()
+    ControllerMetrics(controller, dict)
+    names = metric_names(reg) | metric_names(controller)
+    assert {
+        "kube_bgpd_bgp_session_up",
+        "kube_bgpd_service_announced",
+        "kube_bgpd_exabgp_restarts_total",
+        "kube_bgpd_watch_events_total",  # no sample yet, still a name
+        "kube_bgpd_convergence_seconds_bucket",
+        "kube_bgpd_pool_addresses_in_use",
+        "kube_bgpd_mqtt_events_dropped_total",
+    } <= names
+    assert all(n.startswith("kube_bgpd_") for n in names)
+    assert "kube_bgpd_exabgp_restarts" not in names  # a counter is only read as _total
+
+
+def test_static_view_is_frozen() -> None:
+    view = StaticSpeakerView()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.running = True  # type: ignore[misc]
