@@ -1,1 +1,405 @@
-"""Placeholder: being written."""
+"""The pure announce decision: which routes this node sends to which peer, and why every
+other LoadBalancer Service (or IP of one) is not announced.
+
+`decide(config, snapshot, node)` is a purely computational function with no side
+effects: no I/O, no logging, no clock; every input is a parameter, so the speaker, the
+`explain` command and the tests all get the same answer from the same state. It follows
+MetalLB's speaker (speaker/main.go handleService and bgp_controller.go ShouldAnnounce),
+because that is what users of MetalLB-style configs expect:
+
+1. Only Services of type LoadBalancer are considered; those of another
+   loadBalancerClass are reported as `notOurLoadBalancerClass`, other types are ignored.
+2. A Service with no status.loadBalancer.ingress IP: `noIPAllocated`.
+3. Per-Service attribute annotations that do not parse: `invalidAnnotation` (see below).
+4. Node-wide reasons, reported once per Service: the node is not in the snapshot
+   (`nodeUnknown`), its NetworkUnavailable condition is True (`nodeNetworkUnavailable`),
+   or it carries the label node.kubernetes.io/exclude-from-external-load-balancers
+   (`nodeLabeledExcludeBalancers`, unless SpeakerConfig.ignore_exclude_lb; MetalLB
+   honours the label since 0.13 with `--ignore-exclude-lb` as the opt-out).
+5. Endpoints: externalTrafficPolicy Cluster announces from every eligible node while any
+   endpoint of the Service can serve (`noEndpoints` otherwise); Local only while an
+   endpoint on this node can serve (`noLocalEndpoints`), because kube-proxy drops
+   traffic for a Local Service on a node without a local endpoint. "Can serve" is
+   Endpoint.can_serve: ready unset or true, or serving true, so a terminating pod that
+   still serves keeps its route (metallb#2074, KEP-1672).
+6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool and
+   whose nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
+   advertisements name (all when none) among the peers whose nodeSelectors match this
+   node (`noMatchingPeer`), and of those only peers whose session family is the IP's
+   family (`noPeerOfFamily`): one session per family, see docs/architecture.md.
+
+Node-wide reasons come before the per-IP checks (MetalLB checks the advertisement
+first) because on an excluded or unavailable node they are the one answer that matters.
+
+Aggregation: the announced prefix is the IP's network at the advertisement's
+aggregationLength (IPv4) or aggregationLengthV6. When several Services, IPs or
+advertisements give the same prefix to the same peer they become one Route carrying
+all those Services (sorted), with merged attributes: the union of communities and of
+large communities (sorted), the highest local-pref (the most preferred claim wins, as
+Cilium documents for overlapping advertisements) and the lowest MED (the most
+preferred value in the MED comparison, RFC 4271 9.1.2.2 c).
+
+Per-Service attributes (metallb#934, #1388): the annotations
+`kube-bgpd.io/communities` (comma list of `a:b`, `large:a:b:c`, well-known names such
+as `no-export`, or aliases defined by Community objects), `kube-bgpd.io/local-pref` and
+`kube-bgpd.io/med` (unsigned 32-bit integers). Communities are added to the
+advertisement's; local-pref replaces the advertisement's localPref for that Service.
+An annotation that does not parse makes the Service `invalidAnnotation` everywhere:
+announcing it without the attributes the owner asked for could steer traffic wrongly
+(a missing no-export community leaks the route beyond the AS), so the route stays out
+and the reason says what is wrong.
+
+LOCAL_PREF is dropped for eBGP peers: RFC 4271 5.1.5 says it SHALL NOT be sent to
+external peers, and dropping it here keeps the decision equal to what goes on the wire
+(explain, status and metrics show the truth).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from bgpd.attributes import parse_community, parse_u32
+from bgpd.model import (
+    BGPAdvertisement,
+    BGPPeer,
+    ClusterSnapshot,
+    Config,
+    Decision,
+    IPAddress,
+    IPAddressPool,
+    IPNetwork,
+    Node,
+    NodeName,
+    PeerName,
+    PoolName,
+    Route,
+    RouteAttributes,
+    Service,
+    ServiceKey,
+    Skip,
+    SkipReason,
+    TrafficPolicy,
+    selectors_match,
+)
+from bgpd.objects import is_our_load_balancer
+
+ANNOTATION_COMMUNITIES = "kube-bgpd.io/communities"
+ANNOTATION_LOCAL_PREF = "kube-bgpd.io/local-pref"
+ANNOTATION_MED = "kube-bgpd.io/med"
+
+#: Well-known Kubernetes label: a node carrying it (any value) must not receive traffic
+#: from external load balancers.
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+
+# --------------------------------------------------------------------------- annotations
+
+_NO_ATTRIBUTES = RouteAttributes()
+
+
+def community_aliases(config: Config) -> Mapping[str, str]:
+    """Alias name -> community text, from every Community object."""
+    return {alias: value for c in config.communities for alias, value in c.communities.items()}
+
+
+def service_attributes(
+    service: Service, aliases: Mapping[str, str] | None = None
+) -> RouteAttributes:
+    """The path attributes a Service asks for through its annotations.
+
+    Raises ValueError naming the annotation and the bad text. Parsed with the same
+    functions as the config (bgpd.attributes), so the same texts are accepted and
+    control characters can never reach an ExaBGP command line.
+    """
+    annotations = service.annotations
+    if (
+        ANNOTATION_COMMUNITIES not in annotations
+        and ANNOTATION_LOCAL_PREF not in annotations
+        and ANNOTATION_MED not in annotations
+    ):
+        return _NO_ATTRIBUTES
+    aliases = aliases or {}
+    standard: set[str] = set()
+    large: set[str] = set()
+    raw = service.annotations.get(ANNOTATION_COMMUNITIES, "")
+    if raw.strip():
+        for item in raw.split(","):
+            text = item.strip()
+            if not text:
+                raise ValueError(f"{ANNOTATION_COMMUNITIES}: {raw!r} has an empty entry")
+            value = aliases.get(text, text)
+            try:
+                kind, canonical = parse_community(value)
+            except ValueError as exc:
+                raise ValueError(f"{ANNOTATION_COMMUNITIES}: {exc}") from exc
+            (large if kind == "large" else standard).add(canonical)
+    values: dict[str, int | None] = {}
+    for name in (ANNOTATION_LOCAL_PREF, ANNOTATION_MED):
+        number = service.annotations.get(name)
+        try:
+            values[name] = None if number is None else parse_u32(number, "value")
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from exc
+    return RouteAttributes(
+        communities=tuple(sorted(standard)),
+        large_communities=tuple(sorted(large)),
+        local_pref=values[ANNOTATION_LOCAL_PREF],
+        med=values[ANNOTATION_MED],
+    )
+
+
+# --------------------------------------------------------------------------- pieces
+
+
+def node_reason(config: Config, node: Node | None) -> SkipReason | None:
+    """Why this node announces nothing at all, or None when it may announce."""
+    if node is None:
+        return SkipReason.NODE_UNKNOWN
+    if node.network_unavailable:
+        return SkipReason.NODE_NETWORK_UNAVAILABLE
+    if EXCLUDE_LB_LABEL in node.labels and not config.speaker.ignore_exclude_lb:
+        return SkipReason.NODE_EXCLUDED
+    return None
+
+
+def has_serving_endpoint(snapshot: ClusterSnapshot, service: Service, node: NodeName) -> bool:
+    """Cluster: any endpoint of the Service (over all its slices) can serve.
+    Local: an endpoint whose nodeName is this node can serve."""
+    slices = snapshot.endpoint_slices.get(service.key, ())
+    if service.external_traffic_policy is TrafficPolicy.LOCAL:
+        return any(ep.can_serve and ep.node_name == node for s in slices for ep in s.endpoints)
+    return any(ep.can_serve for s in slices for ep in s.endpoints)
+
+
+@dataclass(frozen=True, slots=True)
+class _Miss:
+    reason: SkipReason
+    detail: str
+
+
+_Targets = tuple[tuple[BGPAdvertisement, BGPPeer], ...]
+
+
+def _names(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What is fixed for one decide() call: this node's peers and advertisements, and a
+    cache of the (advertisement, peer) pairs per (pool, family), so 10,000 Services cost
+    10,000 dictionary look-ups rather than 10,000 scans of the config."""
+
+    config: Config
+    node: NodeName
+    labels: Mapping[str, str]
+    peers: tuple[BGPPeer, ...]
+    cache: dict[tuple[PoolName, int], _Targets | _Miss] = field(default_factory=dict)
+    ranges: list[tuple[int, int, int, IPAddressPool]] | None = None
+
+    def pool_of(self, ip: IPAddress) -> IPAddressPool | None:
+        """Config.pool_of over integer bounds computed once (pools never overlap)."""
+        if self.ranges is None:
+            self.ranges = [
+                (r.version, int(r.first), int(r.last), p)
+                for p in self.config.pools
+                for r in p.addresses
+            ]
+        version, value = ip.version, int(ip)
+        for v, first, last, pool in self.ranges:
+            if v == version and first <= value <= last:
+                return pool
+        return None
+
+    def targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
+        key = (pool.name, version)
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = self._targets(pool, version)
+        return found
+
+    def _targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
+        advs = [a for a in self.config.advertisements if a.selects_pool(pool)]
+        if not advs:
+            return _Miss(
+                SkipReason.NO_MATCHING_ADVERTISEMENT,
+                f"no BGPAdvertisement selects pool {pool.name}",
+            )
+        here = [a for a in advs if selectors_match(a.node_selectors, self.labels)]
+        if not here:
+            return _Miss(
+                SkipReason.NO_MATCHING_ADVERTISEMENT,
+                f"BGPAdvertisement {_names(a.name for a in advs)} select pool {pool.name} "
+                f"but their nodeSelectors do not match node {self.node}",
+            )
+        pairs = [(a, p) for a in here for p in self.peers if not a.peers or p.name in a.peers]
+        if not pairs:
+            if not self.config.peers:
+                detail = "no BGPPeer is configured"
+            elif not self.peers:
+                detail = f"no BGPPeer's nodeSelectors match node {self.node}"
+            else:
+                named = sorted({p for a in here for p in a.peers})
+                detail = (
+                    f"BGPAdvertisement {_names(a.name for a in here)} name peers "
+                    f"{_names(named)}, none of which applies on node {self.node}"
+                )
+            return _Miss(SkipReason.NO_MATCHING_PEER, detail)
+        same = tuple((a, p) for a, p in pairs if p.family == version)
+        if not same:
+            peers = sorted({p.name for _, p in pairs})
+            return _Miss(
+                SkipReason.NO_PEER_OF_FAMILY,
+                f"IPv{version} address; peers {_names(peers)} are IPv{10 - version} sessions",
+            )
+        return same
+
+
+@dataclass(slots=True)
+class _Merged:
+    """Accumulates every contribution to one (peer, prefix)."""
+
+    services: set[ServiceKey] = field(default_factory=set)
+    communities: set[str] = field(default_factory=set)
+    large: set[str] = field(default_factory=set)
+    local_pref: int | None = None
+    med: int | None = None
+
+    def add(
+        self,
+        service: ServiceKey,
+        adv: BGPAdvertisement,
+        peer: BGPPeer,
+        wanted: RouteAttributes,
+    ) -> None:
+        self.services.add(service)
+        self.communities.update(adv.communities, wanted.communities)
+        self.large.update(adv.large_communities, wanted.large_communities)
+        lp = wanted.local_pref if wanted.local_pref is not None else adv.local_pref
+        if lp is not None and peer.is_ibgp:
+            self.local_pref = lp if self.local_pref is None else max(self.local_pref, lp)
+        if wanted.med is not None:
+            self.med = wanted.med if self.med is None else min(self.med, wanted.med)
+
+    def route(self, peer: PeerName, prefix: IPNetwork) -> Route:
+        return Route(
+            peer=peer,
+            prefix=prefix,
+            attributes=RouteAttributes(
+                communities=tuple(sorted(self.communities)),
+                large_communities=tuple(sorted(self.large)),
+                local_pref=self.local_pref,
+                med=self.med,
+            ),
+            services=tuple(sorted(self.services)),
+        )
+
+
+def aggregate(ip: IPAddress, length: int) -> IPNetwork:
+    """The network of `ip` at prefix length `length` (host bits cleared). Built from
+    integers: ip_network((ip, n), strict=False) costs 4 times as much, which shows at
+    10,000 Services."""
+    bits = ip.max_prefixlen - length
+    net = (int(ip) >> bits) << bits
+    if ip.version == 4:
+        return ipaddress.IPv4Network((net, length))
+    return ipaddress.IPv6Network((net, length))
+
+
+def route_sort_key(route: Route) -> tuple[str, int, int, int]:
+    p = route.prefix
+    return (route.peer, p.version, int(p.network_address), p.prefixlen)
+
+
+def skip_sort_key(skip: Skip) -> tuple[str, int, int, str, str]:
+    ip = skip.ip
+    return (
+        skip.service,
+        0 if ip is None else ip.version,
+        -1 if ip is None else int(ip),
+        skip.reason,
+        skip.detail,
+    )
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def decide(config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decision:
+    """The routes `node` must announce, per peer, and a Skip for every LoadBalancer
+    Service (or IP of one) of ours it does not announce. Routes and skips are sorted,
+    so equal inputs give equal Decisions whatever order the snapshot was built in."""
+    node_obj = snapshot.nodes.get(node)
+    labels = node_obj.labels if node_obj is not None else {}
+    blocked = node_reason(config, node_obj)
+    plan = _Plan(
+        config=config,
+        node=node,
+        labels=labels,
+        peers=tuple(p for p in config.peers if selectors_match(p.node_selectors, labels)),
+    )
+    aliases = community_aliases(config)
+    ours = config.speaker.load_balancer_class
+    merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
+    skipped: list[Skip] = []
+    prefixes: dict[tuple[IPAddress, int], IPNetwork] = {}
+
+    for svc in snapshot.services.values():
+        if svc.type != "LoadBalancer":
+            continue
+        key = svc.key
+        if not is_our_load_balancer(svc, ours):
+            serves = f"class {ours}" if ours is not None else "Services without a class"
+            skipped.append(
+                Skip(
+                    key,
+                    SkipReason.NOT_OUR_CLASS,
+                    detail=f"loadBalancerClass {svc.load_balancer_class}; this speaker serves "
+                    f"{serves}",
+                )
+            )
+            continue
+        if not svc.ingress_ips:
+            skipped.append(Skip(key, SkipReason.NO_IP_ALLOCATED))
+            continue
+        try:
+            wanted = service_attributes(svc, aliases)
+        except ValueError as exc:
+            skipped.append(Skip(key, SkipReason.INVALID_ANNOTATION, detail=str(exc)))
+            continue
+        if blocked is not None:
+            skipped.append(Skip(key, blocked))
+            continue
+        if not has_serving_endpoint(snapshot, svc, node):
+            local = svc.external_traffic_policy is TrafficPolicy.LOCAL
+            skipped.append(
+                Skip(key, SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS)
+            )
+            continue
+        for ip in dict.fromkeys(svc.ingress_ips):
+            pool = plan.pool_of(ip)
+            if pool is None:
+                skipped.append(Skip(key, SkipReason.IP_NOT_IN_POOL, ip=ip))
+                continue
+            targets = plan.targets(pool, ip.version)
+            if isinstance(targets, _Miss):
+                skipped.append(Skip(key, targets.reason, ip=ip, detail=targets.detail))
+                continue
+            for adv, peer in targets:
+                length = adv.aggregation_length if ip.version == 4 else adv.aggregation_length_v6
+                prefix = prefixes.get((ip, length))
+                if prefix is None:
+                    prefix = prefixes[(ip, length)] = aggregate(ip, length)
+                entry = merged.get((peer.name, prefix))
+                if entry is None:
+                    entry = merged[(peer.name, prefix)] = _Merged()
+                entry.add(key, adv, peer, wanted)
+
+    routes = sorted(
+        (m.route(peer, prefix) for (peer, prefix), m in merged.items()), key=route_sort_key
+    )
+    return Decision(
+        node=node, routes=tuple(routes), skipped=tuple(sorted(skipped, key=skip_sort_key))
+    )
