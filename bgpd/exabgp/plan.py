@@ -1,0 +1,188 @@
+"""From "what ExaBGP has" and "what we want" to ExaBGP API commands: pure functions.
+
+``plan(acknowledged, desired, selectors)`` compares, per peer, the routes ExaBGP
+acknowledged with the desired ones and returns the commands that close the gap:
+
+* announces before withdraws (a new Service's route should not wait behind old ones);
+* prefixes of one peer, one family and identical attributes are batched into
+  ``neighbor ... announce attributes next-hop self ... nlri P1 P2 ...``, at most
+  ``batch`` prefixes a command: measured on ExaBGP 5.0.15, 100 prefixes a command with
+  4 commands in flight brings 10,000 routes to a BIRD peer in 0.84 s, single-route
+  commands take 1.43 s and everything at once 7 s;
+* a changed attribute is a plain re-announce (BGP implicit withdraw, RFC 4271 3.1);
+* every command names its peer (``neighbor A local-ip L``), since each peer gets its own
+  route set.
+
+``drained(desired, ibgp)`` is the RFC 8326 transform used while draining. No I/O, no
+clock, no logging: table-tested in tests/unit/test_plan.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from bgpd.attributes import GRACEFUL_SHUTDOWN
+from bgpd.model import DesiredRoutes, IPNetwork, PeerName, RouteAttributes
+
+#: Prefixes a command: the fastest measured batch size (lab notes).
+DEFAULT_BATCH = 100
+
+
+class CommandKind(StrEnum):
+    ANNOUNCE = "announce"
+    WITHDRAW = "withdraw"
+    EOR = "eor"
+    CLEAR = "clear"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """One line for ExaBGP and what it changes once ExaBGP answers ``done``.
+
+    ``sync`` commands are answered by ExaBGP at once, overtaking queued ones, so the
+    driver sends them only when nothing else is in flight (acks are matched in order)."""
+
+    text: str
+    kind: CommandKind
+    peer: PeerName | None
+    #: (prefix, attributes) for an announce, (prefix, None) for a withdraw.
+    changes: tuple[tuple[IPNetwork, RouteAttributes | None], ...] = ()
+    sync: bool = False
+
+
+def attribute_text(attrs: RouteAttributes) -> str:
+    """ExaBGP's words for a route's attributes (next hop is always ``self``, which ExaBGP
+    resolves to the session's local-address)."""
+    words = ["next-hop self"]
+    if attrs.communities:
+        words.append("community [ " + " ".join(attrs.communities) + " ]")
+    if attrs.large_communities:
+        words.append("large-community [ " + " ".join(attrs.large_communities) + " ]")
+    if attrs.local_pref is not None:
+        words.append(f"local-preference {attrs.local_pref}")
+    if attrs.med is not None:
+        words.append(f"med {attrs.med}")
+    return " ".join(words)
+
+
+def _chunks(items: list[IPNetwork], size: int) -> Iterable[list[IPNetwork]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _sort_key(p: IPNetwork) -> tuple[int, int, int]:
+    return (p.version, int(p.network_address), p.prefixlen)
+
+
+def announce_commands(
+    peer: PeerName,
+    selector: str,
+    routes: Mapping[IPNetwork, RouteAttributes],
+    *,
+    batch: int = DEFAULT_BATCH,
+) -> list[Command]:
+    """Announce these routes to one peer, batched by (attributes, family)."""
+    groups: dict[tuple[RouteAttributes, int], list[IPNetwork]] = {}
+    for prefix, attrs in routes.items():
+        groups.setdefault((attrs, prefix.version), []).append(prefix)
+    out: list[Command] = []
+    # Sorted by family and text: RouteAttributes cannot be ordered (None vs int fields).
+    texts = {key: attribute_text(key[0]) for key in groups}
+    for key in sorted(groups, key=lambda k: (k[1], texts[k])):
+        attrs, prefixes, words = key[0], groups[key], texts[key]
+        prefixes.sort(key=_sort_key)
+        for chunk in _chunks(prefixes, batch):
+            nlri = " ".join(str(p) for p in chunk)
+            out.append(
+                Command(
+                    text=f"{selector} announce attributes {words} nlri {nlri}",
+                    kind=CommandKind.ANNOUNCE,
+                    peer=peer,
+                    changes=tuple((p, attrs) for p in chunk),
+                )
+            )
+    return out
+
+
+def withdraw_commands(
+    peer: PeerName, selector: str, prefixes: Iterable[IPNetwork], *, batch: int = DEFAULT_BATCH
+) -> list[Command]:
+    """Withdraw these prefixes from one peer, batched by family."""
+    by_family: dict[int, list[IPNetwork]] = {}
+    for p in prefixes:
+        by_family.setdefault(p.version, []).append(p)
+    out: list[Command] = []
+    for _, items in sorted(by_family.items()):
+        items.sort(key=_sort_key)
+        for chunk in _chunks(items, batch):
+            nlri = " ".join(str(p) for p in chunk)
+            out.append(
+                Command(
+                    text=f"{selector} withdraw attributes next-hop self nlri {nlri}",
+                    kind=CommandKind.WITHDRAW,
+                    peer=peer,
+                    changes=tuple((p, None) for p in chunk),
+                )
+            )
+    return out
+
+
+def eor_command(peer: PeerName, selector: str, family: str) -> Command:
+    """End-of-RIB (RFC 4724) for one peer, sent by hand with manual-eor after a replay.
+
+    Synchronous in ExaBGP 5.0 (answers ``error`` at once if the peer is not established)."""
+    return Command(
+        text=f"{selector} announce eor {family}", kind=CommandKind.EOR, peer=peer, sync=True
+    )
+
+
+def plan(
+    acknowledged: DesiredRoutes,
+    desired: DesiredRoutes,
+    selectors: Mapping[PeerName, str],
+    *,
+    batch: int = DEFAULT_BATCH,
+) -> list[Command]:
+    """Commands that turn ``acknowledged`` into ``desired`` for the peers in ``selectors``.
+
+    Peers without a selector (not configured in ExaBGP on this node) are ignored: the
+    caller reports them. All announces of all peers come before any withdraw."""
+    announces: list[Command] = []
+    withdraws: list[Command] = []
+    for peer in sorted(selectors):
+        selector = selectors[peer]
+        have = acknowledged.get(peer, {})
+        want = desired.get(peer, {})
+        todo = {p: a for p, a in want.items() if have.get(p) != a}
+        if todo:
+            announces += announce_commands(peer, selector, todo, batch=batch)
+        gone = [p for p in have if p not in want]
+        if gone:
+            withdraws += withdraw_commands(peer, selector, gone, batch=batch)
+    return announces + withdraws
+
+
+def drained(
+    desired: DesiredRoutes, ibgp: Iterable[PeerName]
+) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
+    """RFC 8326 graceful shutdown: every route gets GRACEFUL_SHUTDOWN (65535:0); on iBGP
+    sessions also LOCAL_PREF 0, since a router that does not act on the community still
+    prefers another node's path (RFC 8326 section 4.1, lower LOCAL_PREF)."""
+    internal = set(ibgp)
+    out: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+    for peer, routes in desired.items():
+        per: dict[IPNetwork, RouteAttributes] = {}
+        for prefix, a in routes.items():
+            communities = a.communities
+            if GRACEFUL_SHUTDOWN not in communities:
+                communities = tuple(sorted((*communities, GRACEFUL_SHUTDOWN)))
+            per[prefix] = RouteAttributes(
+                communities=communities,
+                large_communities=a.large_communities,
+                local_pref=0 if peer in internal else a.local_pref,
+                med=a.med,
+            )
+        out[peer] = per
+    return out

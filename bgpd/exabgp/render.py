@@ -1,0 +1,307 @@
+"""Rendering of ExaBGP's configuration file and environment for one node: pure functions.
+
+Input: the parsed Config, this node's Node object (labels, InternalIPs) and the facts the
+caller resolved by I/O beforehand (the address the kernel picks to reach each peer, each
+peer's password from a file or a Secret). Output: the text of ExaBGP's configuration and
+the environment ExaBGP runs with. Nothing here opens a socket, reads a file or logs: the
+same inputs give the same text, which golden files pin (tests/data/golden/, regenerated
+with ``KUBE_BGPD_UPDATE_GOLDEN=1``).
+
+Rules and why (see shared lab notes, measured on ExaBGP 5.0.15):
+
+* one ``neighbor`` per BGPPeer whose nodeSelectors match the node; each session carries
+  one address family, the peer's (an IPv4 route on an IPv6 session would get the
+  router-id as next hop; an IPv6 route with ``next-hop self`` on an IPv4 session errors);
+* ``local-address`` is mandatory: ExaBGP 5.0.15 rejects ``next-hop self`` without it, and
+  ``next-hop self`` resolves to it. Order: sourceAddress, else the kernel's choice to
+  reach the peer, else the Node's InternalIP of the family;
+* ``router-id``: routerID, else this node's IPv4 local address (an IPv6-only node falls
+  back to the low 32 bits of its IPv6 local address, which RFC 6286 allows as long as it
+  is unique in the AS);
+* ExaBGP has no keepalive setting: it sends keepalives at hold-time / 3, which is also
+  RFC 4271's suggestion; another keepalive value yields a warning;
+* the MD5 key is written base64-encoded (``md5-base64 true``) so no character of a
+  password can break ExaBGP's tokeniser; the file is written mode 0600 by the caller and
+  the password never appears in a log or a repr;
+* ebgpMultiHop: ``outgoing-ttl 255``; single-hop eBGP: ``outgoing-ttl 1`` (RFC 4271
+  single-hop, what FRR and MetalLB do); iBGP: the kernel default;
+* enableGracefulRestart: ``capability { graceful-restart 120; }`` (MetalLB's restart
+  time) and ``manual-eor true``: without manual-eor ExaBGP sends End-of-RIB before our
+  replay, and the router flushes the routes it was keeping;
+* ``api { processes [ kube-bgpd ]; neighbor-changes; }`` and the helper process with
+  ``encoder json``: the only programmatic channel of ExaBGP 5.0.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from bgpd.attributes import check_command_text
+from bgpd.exabgp.errors import RenderError
+
+# The socket path and ExaBGP's start generation travel to the helper in the environment
+# (ExaBGP passes its environment on to the processes it spawns).
+from bgpd.exabgp.helper import GENERATION_ENV, SOCKET_ENV
+from bgpd.model import (
+    EMPTY_LABELS,
+    BGPPeer,
+    Config,
+    IPAddress,
+    Node,
+    PeerName,
+    selectors_match,
+)
+
+#: Name of the API process in ExaBGP's configuration.
+PROCESS_NAME = "kube-bgpd"
+#: MetalLB's graceful-restart time (seconds).
+GRACEFUL_RESTART_TIME = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbor:
+    """One BGPPeer with the facts resolved for this node: what the renderer and the driver
+    need to talk about a session."""
+
+    peer: BGPPeer
+    local_address: IPAddress
+    router_id: ipaddress.IPv4Address
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> PeerName:
+        return self.peer.name
+
+    @property
+    def selector(self) -> str:
+        """The ``neighbor ...`` prefix of API commands that reaches exactly this session.
+
+        The local address is part of it because two BGPPeers may share a router address
+        (another ASN, another source); ExaBGP matches every word given."""
+        return f"neighbor {self.peer.peer_address} local-ip {self.local_address}"
+
+    @property
+    def family(self) -> str:
+        return "ipv4 unicast" if self.peer.family == 4 else "ipv6 unicast"
+
+    @property
+    def graceful_restart(self) -> bool:
+        return self.peer.enable_graceful_restart
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """ExaBGP's configuration text, its environment, and the neighbors it holds."""
+
+    config: str = field(repr=False)
+    env: Mapping[str, str]
+    neighbors: tuple[Neighbor, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def node_labels(node: Node | None) -> Mapping[str, str]:
+    """Labels of this node; a node the cluster does not (yet) know has none."""
+    return EMPTY_LABELS if node is None else node.labels
+
+
+def internal_ip(node: Node | None, version: int) -> IPAddress | None:
+    """The Node's first InternalIP of an address family, from status.addresses."""
+    if node is None:
+        return None
+    for kind, text in node.addresses:
+        if kind != "InternalIP":
+            continue
+        try:
+            ip = ipaddress.ip_address(text)
+        except ValueError:
+            continue
+        if ip.version == version:
+            return ip
+    return None
+
+
+def selected_peers(config: Config, node: Node | None) -> tuple[BGPPeer, ...]:
+    """BGPPeers this node opens a session to: nodeSelectors match its labels (none = all)."""
+    labels = node_labels(node)
+    return tuple(p for p in config.peers if selectors_match(p.node_selectors, labels))
+
+
+def local_address(
+    peer: BGPPeer, *, kernel_choice: IPAddress | None, node: Node | None
+) -> IPAddress | None:
+    """sourceAddress, else the kernel's choice to reach the peer (resolved by the caller,
+    only if of the peer's family), else the Node's InternalIP of the peer's family."""
+    if peer.source_address is not None:
+        return peer.source_address
+    if kernel_choice is not None and kernel_choice.version == peer.family:
+        return kernel_choice
+    return internal_ip(node, peer.family)
+
+
+def resolve_neighbors(
+    config: Config,
+    node: Node | None,
+    *,
+    kernel_choices: Mapping[PeerName, IPAddress | None],
+    passwords: Mapping[PeerName, str | None],
+) -> tuple[tuple[Neighbor, ...], tuple[str, ...]]:
+    """Turn the selected BGPPeers into Neighbors. A peer with no usable local address is
+    left out with a warning (ExaBGP would reject the whole file for it)."""
+    warnings: list[str] = []
+    chosen: list[tuple[BGPPeer, IPAddress]] = []
+    for peer in selected_peers(config, node):
+        addr = local_address(peer, kernel_choice=kernel_choices.get(peer.name), node=node)
+        if addr is None:
+            warnings.append(
+                f"BGPPeer {peer.name}: no local address of IPv{peer.family} "
+                "(no sourceAddress, no route to the peer, no InternalIP): session skipped"
+            )
+            continue
+        chosen.append((peer, addr))
+    v4 = [a for _, a in chosen if isinstance(a, ipaddress.IPv4Address)]
+    fallback_v4 = v4[0] if v4 else internal_ip(node, 4)
+    neighbors: list[Neighbor] = []
+    for peer, addr in chosen:
+        rid = peer.router_id
+        if rid is None and isinstance(fallback_v4, ipaddress.IPv4Address):
+            rid = fallback_v4
+        if rid is None:
+            rid = ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+        neighbors.append(
+            Neighbor(
+                peer=peer, local_address=addr, router_id=rid, password=passwords.get(peer.name)
+            )
+        )
+    return tuple(neighbors), tuple(warnings)
+
+
+def _quote(text: str) -> str:
+    """A value for ExaBGP's tokeniser: no control characters, no quotes, no ';{}'."""
+    check_command_text(text)
+    if any(c in text for c in "\"'; {}"):
+        raise RenderError(f"{text!r} cannot be written into an ExaBGP configuration")
+    return text
+
+
+def _neighbor_block(n: Neighbor) -> tuple[list[str], list[str]]:
+    p = n.peer
+    warnings: list[str] = []
+    lines = [
+        f"neighbor {p.peer_address} {{",
+        f"    description {_quote(str(p.name))};",
+        f"    router-id {n.router_id};",
+        f"    local-address {n.local_address};",
+        f"    local-as {p.my_asn};",
+        f"    peer-as {p.peer_asn};",
+        f"    hold-time {p.hold_time};",
+    ]
+    if p.hold_time and p.keepalive_time is not None and p.keepalive_time != p.hold_time // 3:
+        warnings.append(
+            f"BGPPeer {p.name}: keepaliveTime {p.keepalive_time}s is not supported by ExaBGP, "
+            f"which sends keepalives every holdTime/3 = {p.hold_time // 3}s"
+        )
+    if p.peer_port != 179:
+        lines.append(f"    connect {p.peer_port};")
+    if not p.is_ibgp:
+        lines.append(f"    outgoing-ttl {255 if p.ebgp_multihop else 1};")
+    if n.password:
+        encoded = base64.b64encode(n.password.encode()).decode("ascii")
+        lines.append(f"    md5-password {encoded};")
+        lines.append("    md5-base64 true;")
+    if p.enable_graceful_restart:
+        lines.append("    manual-eor true;")
+    lines.append("    capability {")
+    lines.append("        route-refresh enable;")
+    if p.enable_graceful_restart:
+        lines.append(f"        graceful-restart {GRACEFUL_RESTART_TIME};")
+    lines.append("    }")
+    lines += [
+        "    family {",
+        f"        {n.family};",
+        "    }",
+        "    api {",
+        f"        processes [ {PROCESS_NAME} ];",
+        "        neighbor-changes;",
+        "    }",
+        "}",
+    ]
+    return lines, warnings
+
+
+def render_config(neighbors: Sequence[Neighbor], *, helper_argv: Sequence[str]) -> Rendering:
+    """The configuration text for these neighbors (environment left empty: render_env)."""
+    run = " ".join(_quote(a) for a in helper_argv)
+    lines = [
+        "# Generated by kube-bgpd: do not edit, it is rewritten at every start.",
+        f"process {PROCESS_NAME} {{",
+        f"    run {run};",
+        "    encoder json;",
+        "}",
+    ]
+    warnings: list[str] = []
+    for n in sorted(neighbors, key=lambda n: n.name):
+        block, w = _neighbor_block(n)
+        lines.append("")
+        lines += block
+        warnings += w
+    return Rendering(
+        config="\n".join(lines) + "\n",
+        env={},
+        neighbors=tuple(sorted(neighbors, key=lambda n: n.name)),
+        warnings=tuple(warnings),
+    )
+
+
+def render_env(
+    *,
+    socket_path: str,
+    generation: int,
+    as_root: bool,
+    listen: Sequence[IPAddress] = (),
+) -> dict[str, str]:
+    """ExaBGP's environment (``exabgp_<section>_<option>``).
+
+    As root, ExaBGP drops to ``nobody`` by default and then cannot run its helper or read
+    its 0600 config: keep root. Acks on (the driver counts on one answer per command),
+    the human CLI pipe off, logs unshortened on stdout for the supervisor to relay.
+    ``listen`` lets routers connect to us too (ExaBGP's own retry backs off to 60 s)."""
+    env = {
+        "exabgp_api_ack": "true",
+        "exabgp_api_cli": "false",
+        "exabgp_api_respawn": "true",
+        "exabgp_log_destination": "stdout",
+        "exabgp_log_short": "false",
+        "exabgp_log_statistics": "false",
+        "exabgp_daemon_daemonize": "false",
+        "exabgp_daemon_pid": "",
+        SOCKET_ENV: socket_path,
+        GENERATION_ENV: str(generation),
+    }
+    if as_root:
+        env["exabgp_daemon_user"] = "root"
+        env["exabgp_daemon_drop"] = "false"
+    if listen:
+        env["exabgp_tcp_bind"] = " ".join(str(a) for a in listen)
+        env["exabgp_tcp_port"] = "179"
+    return env
+
+
+def render(
+    config: Config,
+    node: Node | None,
+    *,
+    kernel_choices: Mapping[PeerName, IPAddress | None],
+    passwords: Mapping[PeerName, str | None],
+    helper_argv: Sequence[str],
+) -> Rendering:
+    """Everything but the environment: selected neighbors, their resolution and the text."""
+    neighbors, warnings = resolve_neighbors(
+        config, node, kernel_choices=kernel_choices, passwords=passwords
+    )
+    r = render_config(neighbors, helper_argv=helper_argv)
+    return Rendering(
+        config=r.config, env=r.env, neighbors=r.neighbors, warnings=warnings + r.warnings
+    )
