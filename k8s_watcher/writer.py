@@ -1,0 +1,378 @@
+"""Writes to the API: Service status and annotations, and rate-limited Events.
+
+* Service status goes through the status subresource (PATCH .../services/NAME/status,
+  JSON merge patch, RFC 7386), the only way `status.loadBalancer.ingress` can be set; the
+  pool annotation goes through an ordinary PATCH of metadata, like MetalLB.
+* Events are best effort and must never hold up BGP or the allocator: `record()` is
+  synchronous and never blocks; a background task writes them. Like client-go's event
+  recorder, each involved object has a token bucket (a flapping Service cannot flood
+  etcd), and an Event identical to a recent one (same object, type, reason, message)
+  is folded into it by bumping `count` and `lastTimestamp` instead of creating a new one.
+
+Also here: `AnnouncementEvents`, which turns a speaker's successive Decisions into
+"this node started / stopped announcing this Service" Events with the SkipReason.
+This module must not decide anything; it only writes what it is told to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from bgpd.logs import log
+from bgpd.model import Decision, IPAddress, NodeName, Service, ServiceKey, SkipReason
+from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path
+from k8s_watcher.errors import KubernetesError, NotFound
+
+logger = logging.getLogger(__name__)
+
+#: Longest Event message we send; events.k8s.io/v1 caps `note` at 1 kB.
+MAX_MESSAGE = 1024
+
+
+def micro_time(when: float | None = None) -> str:
+    """metav1.MicroTime text (RFC 3339 with microseconds, UTC)."""
+    dt = datetime.fromtimestamp(time.time() if when is None else when, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def rfc3339(when: float | None = None) -> str:
+    """metav1.Time text (RFC 3339, seconds)."""
+    dt = datetime.fromtimestamp(time.time() if when is None else when, tz=UTC)
+    return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --------------------------------------------------------------------------- Services
+
+
+async def patch_service_status(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    ingress_ips: Sequence[IPAddress],
+) -> dict[str, Any]:
+    """Set status.loadBalancer.ingress to exactly `ingress_ips` (empty clears it).
+
+    A merge patch replaces lists whole, so the result is the given IPs in the given
+    order; `null` deletes the field (RFC 7386), which is how an assignment is cleared.
+    Returns the updated Service as the API server answered it.
+    """
+    ingress: list[dict[str, str]] | None = [{"ip": str(ip)} for ip in ingress_ips] or None
+    return await client.request(
+        "PATCH",
+        object_path("v1", "services", namespace=namespace, name=name) + "/status",
+        body={"status": {"loadBalancer": {"ingress": ingress}}},
+        content_type=MERGE_PATCH,
+        what=f"patch status of service {namespace}/{name}",
+    )
+
+
+async def patch_service_annotations(
+    client: KubeClient,
+    namespace: str,
+    name: str,
+    annotations: Mapping[str, str | None],
+) -> dict[str, Any]:
+    """Set (or, with None, remove) annotations with a merge patch of metadata only."""
+    return await client.request(
+        "PATCH",
+        object_path("v1", "services", namespace=namespace, name=name),
+        body={"metadata": {"annotations": dict(annotations)}},
+        content_type=MERGE_PATCH,
+        what=f"patch annotations of service {namespace}/{name}",
+    )
+
+
+# --------------------------------------------------------------------------- Events
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The involvedObject of an Event. `uid` matters: `kubectl describe` selects a
+    Service's Events by uid, so an Event without it is invisible there."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str = ""
+    api_version: str = "v1"
+
+    @classmethod
+    def service(cls, service: Service) -> ObjectRef:
+        return cls("Service", service.namespace, service.name, service.uid)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    ref: ObjectRef
+    type: EventType
+    reason: str
+    message: str
+    at: float
+
+
+@dataclass(slots=True)
+class _Written:
+    name: str
+    namespace: str
+    count: int
+    first: float
+    last: float
+
+
+class _TokenBucket:
+    """`burst` tokens, one more every `refill` seconds (client-go's spam filter uses
+    25 and 300 s per involved object)."""
+
+    __slots__ = ("stamp", "tokens")
+
+    def __init__(self, burst: float, now: float) -> None:
+        self.tokens = burst
+        self.stamp = now
+
+    def take(self, burst: float, refill: float, now: float) -> bool:
+        self.tokens = min(burst, self.tokens + (now - self.stamp) / refill)
+        self.stamp = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
+class EventRecorder:
+    """Non-blocking Event recorder with per-object rate limiting and aggregation."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        component: str,
+        host: str = "",
+        burst: int = 25,
+        refill_seconds: float = 300.0,
+        aggregate_window: float = 600.0,
+        queue_size: int = 1000,
+        request_timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._component = component
+        self._host = host
+        self._burst = float(burst)
+        self._refill = refill_seconds
+        self._window = aggregate_window
+        self._timeout = request_timeout
+        self._clock = clock
+        self._wall = wall
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_size)
+        self._buckets: dict[tuple[str, str, str], _TokenBucket] = {}
+        self._written: dict[tuple[ObjectRef, EventType, str, str], _Written] = {}
+        self._serial = 0
+        #: Counters for tests and metrics.
+        self.recorded = 0
+        self.rate_limited = 0
+        self.dropped = 0
+        self.written = 0
+        self.aggregated = 0
+        self.failed = 0
+
+    def record(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> bool:
+        """Queue an Event; False if rate-limited or the queue is full. Never blocks."""
+        now = self._clock()
+        bucket_key = (ref.kind, ref.namespace, ref.name)
+        bucket = self._buckets.get(bucket_key)
+        if bucket is None:
+            bucket = self._buckets[bucket_key] = _TokenBucket(self._burst, now)
+        if not bucket.take(self._burst, self._refill, now):
+            self.rate_limited += 1
+            return False
+        try:
+            self._queue.put_nowait(
+                _Pending(ref, type_, reason, message[:MAX_MESSAGE], self._wall())
+            )
+        except asyncio.QueueFull:
+            self.dropped += 1
+            return False
+        self.recorded += 1
+        return True
+
+    async def flush(self) -> None:
+        """Wait until every queued Event was written or given up (tests, shutdown)."""
+        await self._queue.join()
+
+    async def run(self) -> None:
+        """Write queued Events until cancelled; failures are logged, never raised."""
+        while True:
+            pending = await self._queue.get()
+            try:
+                await self._write(pending)
+            except KubernetesError as exc:
+                self.failed += 1
+                log(
+                    logger,
+                    logging.WARNING,
+                    "event.write_failed",
+                    reason=pending.reason,
+                    object=f"{pending.ref.namespace}/{pending.ref.name}",
+                    error=exc.message,
+                )
+            finally:
+                self._queue.task_done()
+
+    async def _write(self, p: _Pending) -> None:
+        self._expire(p.at)
+        key = (p.ref, p.type, p.reason, p.message)
+        seen = self._written.get(key)
+        if seen is not None:
+            try:
+                await self._client.request(
+                    "PATCH",
+                    object_path("v1", "events", namespace=seen.namespace, name=seen.name),
+                    body={"count": seen.count + 1, "lastTimestamp": rfc3339(p.at)},
+                    content_type=MERGE_PATCH,
+                    request_timeout=self._timeout,
+                    what=f"patch event {seen.namespace}/{seen.name}",
+                )
+            except NotFound:
+                # Expired by the API server's event TTL; start a new one.
+                del self._written[key]
+            else:
+                seen.count += 1
+                seen.last = p.at
+                self.aggregated += 1
+                return
+        namespace = p.ref.namespace or "default"
+        self._serial += 1
+        # client-go names Events "<object>.<hex nanoseconds>"; the serial keeps two
+        # Events recorded within one clock tick apart.
+        name = f"{p.ref.name}.{time.time_ns() + self._serial:x}"
+        stamp = rfc3339(p.at)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": p.ref.api_version,
+                "kind": p.ref.kind,
+                "namespace": p.ref.namespace,
+                "name": p.ref.name,
+                "uid": p.ref.uid,
+            },
+            "reason": p.reason,
+            "message": p.message,
+            "type": str(p.type),
+            "source": {"component": self._component, "host": self._host},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+            "reportingComponent": self._component,
+            "reportingInstance": self._host or self._component,
+        }
+        await self._client.request(
+            "POST",
+            object_path("v1", "events", namespace=namespace),
+            body=body,
+            request_timeout=self._timeout,
+            what=f"create event {p.reason} for {p.ref.namespace}/{p.ref.name}",
+        )
+        self.written += 1
+        self._written[key] = _Written(name, namespace, 1, p.at, p.at)
+
+    def _expire(self, now: float) -> None:
+        """Forget Events older than the aggregation window (bounded memory)."""
+        if len(self._written) < 256:
+            return
+        cutoff = now - self._window
+        for k in [k for k, w in self._written.items() if w.last < cutoff]:
+            del self._written[k]
+
+
+# --------------------------------------------------------------------------- speaker
+
+#: MetalLB's speaker records "nodeAssigned" when a node starts announcing a Service;
+#: we keep its name so existing alerts and dashboards match, and add the inverse.
+REASON_ANNOUNCING = "nodeAssigned"
+REASON_NOT_ANNOUNCING = "nodeUnassigned"
+
+_EMPTY_SERVICES: Mapping[ServiceKey, Service] = MappingProxyType({})
+
+
+def announced_services(decision: Decision | None) -> dict[ServiceKey, set[str]]:
+    """Service -> names of the peers this node announces at least one of its IPs to."""
+    out: dict[ServiceKey, set[str]] = {}
+    if decision is None:
+        return out
+    for route in decision.routes:
+        for key in route.services:
+            out.setdefault(key, set()).add(route.peer)
+    return out
+
+
+def skip_reason(decision: Decision, key: ServiceKey) -> tuple[SkipReason | None, str]:
+    """The first reason (and detail) `decide` gave for not announcing a Service."""
+    for skip in decision.skipped:
+        if skip.service == key:
+            return skip.reason, skip.detail
+    return None, ""
+
+
+class AnnouncementEvents:
+    """Records an Event when this node starts or stops announcing a Service.
+
+    The speaker calls `observe(previous, current, snapshot.services)` after each decision
+    (previous is None for the first). Only whole-Service transitions are recorded (one IP
+    of a dual-stack Service changing peers is a route detail, not news), and never for a
+    Service that no longer exists (an Event about a deleted object is noise). Cheap and
+    synchronous: the recorder queues and rate-limits.
+    """
+
+    def __init__(self, recorder: EventRecorder, node: NodeName) -> None:
+        self._recorder = recorder
+        self._node = node
+
+    def observe(
+        self,
+        old: Decision | None,
+        new: Decision,
+        services: Mapping[ServiceKey, Service] = _EMPTY_SERVICES,
+    ) -> None:
+        before = announced_services(old)
+        after = announced_services(new)
+        for key in sorted(after.keys() - before.keys()):
+            service = services.get(key)
+            if service is None:
+                continue
+            peers = ", ".join(sorted(after[key]))
+            self._recorder.record(
+                ObjectRef.service(service),
+                EventType.NORMAL,
+                REASON_ANNOUNCING,
+                f"announcing from node {self._node!r} to peers {peers}",
+            )
+        for key in sorted(before.keys() - after.keys()):
+            service = services.get(key)
+            if service is None:
+                continue
+            reason, detail = skip_reason(new, key)
+            why = str(reason) if reason is not None else "no route selected"
+            if detail:
+                why += f" ({detail})"
+            self._recorder.record(
+                ObjectRef.service(service),
+                EventType.NORMAL,
+                REASON_NOT_ANNOUNCING,
+                f"node {self._node!r} stopped announcing: {why}",
+            )
