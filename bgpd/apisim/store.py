@@ -1,0 +1,633 @@
+"""The simulator's object store: etcd plus the generic registry of kube-apiserver, in memory.
+
+One global, monotonically increasing resourceVersion (as etcd's revision) is stamped on
+every write together with uid, creationTimestamp and generation; every write appends a
+`WatchEvent` to a history list that watches replay from. History below the compaction
+watermark is gone: a watch or a paged list asking for it gets 410 Expired, as after an
+etcd compaction. No-op writes neither bump the resourceVersion nor emit an event.
+Deletes honour finalizers (deletionTimestamp first; the object goes when the last
+finalizer is removed). Writes to the main resource keep `.status` for kinds with a status
+subresource; status writes change only `.status`.
+
+The store is synchronous and single-threaded: it must be used from the event loop that
+runs the simulator (the threaded helper marshals calls into it), and subscribers are
+called synchronously inside the write. It knows nothing about HTTP.
+
+Public names other helpers use: `Store.create`, `update`, `update_status`, `patch`,
+`delete`, `get`, `list`, `apply`, `compact`, `resource_version`, `watermark`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from bgpd.apisim import defaults
+from bgpd.apisim.errors import (
+    ApiError,
+    already_exists,
+    bad_request,
+    conflict,
+    expired,
+    invalid,
+    not_found,
+)
+from bgpd.apisim.patch import PatchError, json_patch, merge_patch, strategic_merge
+from bgpd.apisim.resources import ResourceDef, ResourceTable
+
+Obj = dict[str, Any]
+Key = tuple[str, str]
+PatchType = Literal["merge", "strategic", "json", "apply"]
+
+_ENC = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+# Names from generateName use the apiserver's alphabet (no vowels, no confusable digits).
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+
+
+def encode(doc: Any) -> bytes:
+    return _ENC.encode(doc).encode()
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(slots=True)
+class Record:
+    """One stored version of an object. `obj` is never mutated once stored.
+
+    The JSON encodings are computed once and shared by every list and watch that sends
+    this version, so fan-out to many watchers costs one serialization per event.
+    """
+
+    obj: Obj
+    rv: int
+    _json: bytes | None = None
+    _item_json: bytes | None = None
+
+    def json(self) -> bytes:
+        if self._json is None:
+            self._json = encode(self.obj)
+        return self._json
+
+    def item_json(self) -> bytes:
+        """The encoding inside a list: kube-apiserver omits kind/apiVersion in items."""
+        if self._item_json is None:
+            self._item_json = encode(
+                {k: v for k, v in self.obj.items() if k not in ("kind", "apiVersion")}
+            )
+        return self._item_json
+
+    def copy(self) -> Obj:
+        return json.loads(self.json())  # type: ignore[no-any-return]
+
+
+@dataclass(slots=True)
+class WatchEvent:
+    """One committed change; `old` is the previous version (None when created)."""
+
+    rv: int
+    resource: ResourceDef
+    key: Key
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    new: Record
+    old: Record | None
+    _lines: dict[str, bytes] = field(default_factory=dict)
+
+    def line(self, event_type: str) -> bytes:
+        """The watch-stream line for this event as seen with `event_type`.
+
+        A watcher whose selector the object leaves sees DELETED with the previous
+        content at this event's resourceVersion (as the apiserver's watch cache does).
+        """
+        cached = self._lines.get(event_type)
+        if cached is not None:
+            return cached
+        if event_type == "DELETED" and self.type != "DELETED" and self.old is not None:
+            prior = copy.deepcopy(self.old.obj)
+            prior["metadata"]["resourceVersion"] = str(self.rv)
+            body = encode(prior)
+        else:
+            body = self.new.json()
+        line = b'{"type":"' + event_type.encode() + b'","object":' + body + b"}\n"
+        self._lines[event_type] = line
+        return line
+
+
+Subscriber = Callable[[WatchEvent], None]
+
+
+class Store:
+    """All objects of all served kinds, their history, and the subscribers to changes."""
+
+    def __init__(
+        self,
+        table: ResourceTable | None = None,
+        *,
+        start_resource_version: int = 1000,
+        history_size: int = 200_000,
+        seed_namespaces: tuple[str, ...] = (
+            "default",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+        ),
+    ) -> None:
+        if start_resource_version < 1:
+            raise ValueError("the resourceVersion must start above 0")
+        self.table = table or ResourceTable()
+        self._rv = start_resource_version
+        self._watermark = start_resource_version
+        self._history: list[WatchEvent] = []
+        self._history_size = history_size
+        self._objects: dict[str, dict[Key, Record]] = {r.key: {} for r in self.table.resources}
+        self._subscribers: list[Subscriber] = []
+        self._allocator = defaults.Allocator()
+        namespaces = self.table.by_name("namespaces")
+        if namespaces is not None:
+            for ns in seed_namespaces:
+                self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def resource_version(self) -> int:
+        """The resourceVersion of the last write (etcd's current revision)."""
+        return self._rv
+
+    @property
+    def watermark(self) -> int:
+        """Watches and paged lists from a resourceVersion below this get 410 Expired."""
+        return self._watermark
+
+    def compact(self, resource_version: int | None = None) -> None:
+        """Forget history up to `resource_version` (default: everything so far)."""
+        target = self._rv if resource_version is None else min(resource_version, self._rv)
+        if target <= self._watermark:
+            return
+        self._watermark = target
+        cut = bisect.bisect_right(self._history, target, key=lambda e: e.rv)
+        del self._history[:cut]
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.append(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        if subscriber in self._subscribers:
+            self._subscribers.remove(subscriber)
+
+    def resolve(self, resource: str | ResourceDef) -> ResourceDef:
+        if isinstance(resource, ResourceDef):
+            return resource
+        rd = self.table.by_name(resource)
+        if rd is None:
+            raise ApiError(404, f"the server doesn't have a resource type {resource!r}")
+        return rd
+
+    def records(self, rd: ResourceDef) -> dict[Key, Record]:
+        """The live records of one kind (read-only view for the server)."""
+        return self._objects[rd.key]
+
+    def history_after(self, resource_version: int) -> Iterator[WatchEvent]:
+        """Events with a resourceVersion above `resource_version`; 410 if compacted."""
+        if resource_version < self._watermark:
+            raise too_old(resource_version, self._watermark)
+        start = bisect.bisect_right(self._history, resource_version, key=lambda e: e.rv)
+        return iter(self._history[start:])
+
+    def snapshot_at(self, rd: ResourceDef, resource_version: int) -> dict[Key, Record]:
+        """The records of one kind as they were at `resource_version` (410 if compacted)."""
+        state = dict(self._objects[rd.key])
+        if resource_version >= self._rv:
+            return state
+        if resource_version < self._watermark:
+            raise too_old(resource_version, self._watermark)
+        start = bisect.bisect_right(self._history, resource_version, key=lambda e: e.rv)
+        for event in reversed(self._history[start:]):
+            if event.resource.key != rd.key:
+                continue
+            if event.old is None:
+                state.pop(event.key, None)
+            else:
+                state[event.key] = event.old
+        return state
+
+    # ------------------------------------------------------------------ reads
+
+    def get(
+        self, resource: str | ResourceDef, name: str, namespace: str | None = None
+    ) -> Obj | None:
+        """A copy of the object, or None."""
+        rd = self.resolve(resource)
+        record = self._objects[rd.key].get(self._key(rd, name, namespace))
+        return None if record is None else record.copy()
+
+    def get_record_or_none(
+        self, rd: ResourceDef, name: str, namespace: str | None
+    ) -> Record | None:
+        return self._objects[rd.key].get(self._key(rd, name, namespace))
+
+    def get_record(self, rd: ResourceDef, name: str, namespace: str | None) -> Record:
+        record = self._objects[rd.key].get(self._key(rd, name, namespace))
+        if record is None:
+            raise not_found(rd.plural, rd.group, name)
+        return record
+
+    def list(self, resource: str | ResourceDef, namespace: str | None = None) -> list[Obj]:
+        """Copies of all objects of a kind (of one namespace if given), in key order."""
+        rd = self.resolve(resource)
+        records = self._objects[rd.key]
+        return [
+            records[k].copy() for k in sorted(records) if namespace is None or k[0] == namespace
+        ]
+
+    # ------------------------------------------------------------------ writes
+
+    def create(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        resource: ResourceDef | None = None,
+        reset_status: bool = False,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Create an object; its apiVersion/kind pick the resource unless given."""
+        rd = resource or self._resource_of(obj)
+        new = self._checked_body(rd, obj, namespace)
+        meta = new["metadata"]
+        if not meta.get("name"):
+            prefix = meta.get("generateName")
+            if not prefix:
+                raise invalid(
+                    rd.kind,
+                    rd.group,
+                    "",
+                    "metadata.name: Required value: name or generateName is required",
+                )
+            meta["name"] = prefix + "".join(random.choices(_NAME_ALPHABET, k=5))  # noqa: S311
+        key = self._key(rd, meta["name"], meta.get("namespace"))
+        if key in self._objects[rd.key]:
+            raise already_exists(rd.plural, rd.group, meta["name"])
+        if rd.status_subresource and reset_status:
+            new.pop("status", None)
+        for server_owned in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds"):
+            meta.pop(server_owned, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        if rd.has_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
+        defaults.apply(rd, new, None, self._allocator)
+        return self._commit(rd, key, new, None, dry_run=dry_run).copy()
+
+    def update(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        resource: ResourceDef | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Replace an object (PUT). A set resourceVersion must match (else 409)."""
+        rd = resource or self._resource_of(obj)
+        body = self._checked_body(rd, obj, namespace)
+        meta = body["metadata"]
+        if name is not None and meta.get("name") and meta["name"] != name:
+            raise bad_request(
+                f"the name of the object ({meta['name']}) does not match the name on the "
+                f"URL ({name})"
+            )
+        name = name or meta.get("name")
+        if not name:
+            raise invalid(rd.kind, rd.group, "", "metadata.name: Required value: name is required")
+        key = self._key(rd, name, meta.get("namespace"))
+        old = self._objects[rd.key].get(key)
+        if old is None:
+            raise not_found(rd.plural, rd.group, name)
+        rv = meta.get("resourceVersion")
+        if rv and rv != str(old.rv):
+            raise conflict(rd.plural, rd.group, name)
+        uid = meta.get("uid")
+        if uid and uid != old.obj["metadata"]["uid"]:
+            raise ApiError(
+                409,
+                f"Precondition failed: UID in precondition: {old.obj['metadata']['uid']}, "
+                f"UID in object meta: {uid}",
+                reason="Conflict",
+                name=name,
+                group=rd.group,
+                kind=rd.plural,
+            )
+        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run).copy()
+
+    def update_status(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
+        """PUT on the status subresource: only `.status` changes."""
+        return self.update(obj, namespace=namespace, subresource="status")
+
+    def patch(
+        self,
+        resource: str | ResourceDef,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
+        """Apply a merge, strategic-merge, JSON or apply patch to the stored object.
+
+        `apply` is a subset of server-side apply: the applied configuration is merged
+        strategically into the object (created if absent); there is no field ownership,
+        so nothing is removed and there are no conflicts.
+        """
+        rd = self.resolve(resource)
+        key = self._key(rd, name, namespace)
+        old = self._objects[rd.key].get(key)
+        if old is None:
+            if patch_type != "apply":
+                raise not_found(rd.plural, rd.group, name)
+            if not isinstance(patch, dict):
+                raise bad_request("apply patch must be an object")
+            body = dict(patch)
+            body.setdefault("metadata", {})
+            if body["metadata"].get("name", name) != name:
+                raise bad_request("the name of the object does not match the name on the URL")
+            body["metadata"] = {**body["metadata"], "name": name}
+            return self.create(body, namespace=namespace, resource=rd, dry_run=dry_run)
+        base = old.copy()
+        try:
+            if patch_type == "merge":
+                patched = merge_patch(base, patch)
+            elif patch_type == "json":
+                patched = json_patch(base, patch)
+            else:
+                patched = strategic_merge(base, patch, rd.merge_keys)
+        except PatchError as exc:
+            raise ApiError(exc.code, str(exc)) from exc
+        if not isinstance(patched, dict) or not isinstance(patched.get("metadata"), dict):
+            raise ApiError(422, "the patch result is not an object with metadata")
+        patched_meta = patched["metadata"]
+        if patched_meta.get("name") != name:
+            raise bad_request("the patch may not change metadata.name")
+        if patched_meta.get("resourceVersion", str(old.rv)) != str(old.rv):
+            # A patch that carries a resourceVersion is a precondition (kubectl uses it).
+            raise conflict(rd.plural, rd.group, name)
+        body = self._checked_body(rd, patched, namespace)
+        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run).copy()
+
+    def apply(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
+        """Create the object, or replace it unconditionally if it exists (for seeding)."""
+        rd = self._resource_of(obj)
+        meta = obj.get("metadata") or {}
+        key = self._key(rd, str(meta.get("name", "")), namespace or meta.get("namespace"))
+        if key in self._objects[rd.key]:
+            body = copy.deepcopy(dict(obj))
+            body["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
+            updated = self.update(body, namespace=namespace)
+            if rd.status_subresource and "status" in obj:
+                updated["status"] = obj["status"]
+                updated = self.update_status(updated, namespace=namespace)
+            return updated
+        return self.create(obj, namespace=namespace)
+
+    def delete(
+        self,
+        resource: str | ResourceDef,
+        name: str,
+        namespace: str | None = None,
+        *,
+        precondition_rv: str | None = None,
+        precondition_uid: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Obj, bool]:
+        """Delete; returns (object, gone). With finalizers only deletionTimestamp is set."""
+        rd = self.resolve(resource)
+        key = self._key(rd, name, namespace)
+        old = self._objects[rd.key].get(key)
+        if old is None:
+            raise not_found(rd.plural, rd.group, name)
+        if precondition_rv and precondition_rv != str(old.rv):
+            raise conflict(rd.plural, rd.group, name)
+        if precondition_uid and precondition_uid != old.obj["metadata"]["uid"]:
+            raise conflict(rd.plural, rd.group, name)
+        meta = old.obj["metadata"]
+        if meta.get("finalizers"):
+            if meta.get("deletionTimestamp"):
+                return old.copy(), False
+            new = old.copy()
+            new["metadata"]["deletionTimestamp"] = now_rfc3339()
+            new["metadata"]["deletionGracePeriodSeconds"] = 0
+            if rd.has_generation:
+                new["metadata"]["generation"] = meta.get("generation", 1) + 1
+            return self._commit(rd, key, new, old, dry_run=dry_run).copy(), False
+        record = self._commit(rd, key, None, old, dry_run=dry_run)
+        if rd.plural == "namespaces" and not rd.group and not dry_run:
+            self._delete_namespace_contents(name)
+        return record.copy(), True
+
+    # ------------------------------------------------------------------ internals
+
+    def _delete_namespace_contents(self, namespace: str) -> None:
+        # The namespace controller's job, done at once: nothing lives in a deleted namespace.
+        for rd in self.table.resources:
+            if not rd.namespaced:
+                continue
+            for key in [k for k in self._objects[rd.key] if k[0] == namespace]:
+                self._commit(rd, key, None, self._objects[rd.key][key])
+
+    def _replace(
+        self,
+        rd: ResourceDef,
+        key: Key,
+        old: Record,
+        body: Obj,
+        *,
+        subresource: str | None,
+        dry_run: bool,
+    ) -> Record:
+        old_obj = old.obj
+        if subresource == "status":
+            if not rd.status_subresource:
+                raise not_found(f"{rd.plural}/status", rd.group, key[1])
+            new = copy.deepcopy(old_obj)
+            if "status" in body:
+                new["status"] = body["status"]
+            else:
+                new.pop("status", None)
+        elif subresource is not None:
+            raise not_found(f"{rd.plural}/{subresource}", rd.group, key[1])
+        else:
+            new = body
+            if rd.status_subresource:
+                if "status" in old_obj:
+                    new["status"] = copy.deepcopy(old_obj["status"])
+                else:
+                    new.pop("status", None)
+            meta = new["metadata"]
+            old_meta = old_obj["metadata"]
+            for owned in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ):
+                if owned in old_meta:
+                    meta[owned] = old_meta[owned]
+                else:
+                    meta.pop(owned, None)
+            if old_meta.get("deletionTimestamp"):
+                added = set(meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+                if added:
+                    raise invalid(
+                        rd.kind,
+                        rd.group,
+                        key[1],
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if "
+                        "the object is being deleted",
+                    )
+            defaults.apply(rd, new, old_obj, self._allocator)
+            if rd.has_generation and _spec_part(rd, new) != _spec_part(rd, old_obj):
+                meta["generation"] = old_meta.get("generation", 1) + 1
+        new["metadata"]["resourceVersion"] = str(old.rv)
+        if new == old_obj:
+            return old
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return self._commit(rd, key, new, old, delete=True, dry_run=dry_run)
+        return self._commit(rd, key, new, old, dry_run=dry_run)
+
+    def _commit(
+        self,
+        rd: ResourceDef,
+        key: Key,
+        new: Obj | None,
+        old: Record | None,
+        *,
+        delete: bool = False,
+        dry_run: bool = False,
+    ) -> Record:
+        """Write one change: bump the resourceVersion, record history, notify.
+
+        A delete passes `new=None` (the object goes as it was) or its final content
+        (an update that removed the last finalizer).
+        """
+        rv = self._rv + 1
+        if new is None or delete:
+            assert old is not None
+            gone = copy.deepcopy(old.obj) if new is None else new
+            gone["metadata"]["resourceVersion"] = str(rv)
+            record = Record(_ordered(gone), rv)
+            kind: Literal["ADDED", "MODIFIED", "DELETED"] = "DELETED"
+        else:
+            new["metadata"]["resourceVersion"] = str(rv)
+            record = Record(_ordered(new), rv)
+            kind = "ADDED" if old is None else "MODIFIED"
+        if dry_run:
+            record.obj["metadata"]["resourceVersion"] = "" if old is None else str(old.rv)
+            return record
+        self._rv = rv
+        if kind == "DELETED":
+            del self._objects[rd.key][key]
+        else:
+            self._objects[rd.key][key] = record
+        event = WatchEvent(rv, rd, key, kind, record, old)
+        self._history.append(event)
+        if len(self._history) > self._history_size:
+            # The ring is full: the oldest events go, as an etcd compaction would take them.
+            drop = len(self._history) - self._history_size
+            self._watermark = max(self._watermark, self._history[drop - 1].rv)
+            del self._history[:drop]
+        for subscriber in list(self._subscribers):
+            subscriber(event)
+        return record
+
+    def _resource_of(self, obj: Mapping[str, Any]) -> ResourceDef:
+        api_version, kind = obj.get("apiVersion"), obj.get("kind")
+        if not isinstance(api_version, str) or not isinstance(kind, str):
+            raise bad_request("Object 'Kind' is missing or apiVersion is not set")
+        rd = self.table.by_kind(api_version, kind)
+        if rd is None:
+            raise ApiError(404, f'no matches for kind "{kind}" in version "{api_version}"')
+        return rd
+
+    def _checked_body(self, rd: ResourceDef, obj: Mapping[str, Any], namespace: str | None) -> Obj:
+        if not isinstance(obj, Mapping):
+            raise bad_request("the body of the request was not a JSON object")
+        body: Obj = copy.deepcopy(dict(obj))
+        api_version, kind = body.get("apiVersion"), body.get("kind")
+        if (api_version and api_version != rd.api_version) or (kind and kind != rd.kind):
+            raise bad_request(
+                f"the API version in the data ({api_version}) does not match the expected "
+                f"API version ({rd.api_version})"
+                if api_version != rd.api_version
+                else f"the kind in the data ({kind}) does not match the expected kind ({rd.kind})"
+            )
+        body["apiVersion"] = rd.api_version
+        body["kind"] = rd.kind
+        meta = body.get("metadata")
+        if meta is None:
+            meta = body["metadata"] = {}
+        if not isinstance(meta, dict):
+            raise bad_request("metadata must be an object")
+        if rd.namespaced:
+            body_ns = meta.get("namespace")
+            if namespace and body_ns and body_ns != namespace:
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent "
+                    "on the request"
+                )
+            meta["namespace"] = namespace or body_ns or "default"
+        else:
+            meta.pop("namespace", None)
+        meta.pop("managedFields", None)
+        return body
+
+    def _key(self, rd: ResourceDef, name: str, namespace: str | None) -> Key:
+        return ((namespace or "default") if rd.namespaced else "", name)
+
+
+def too_old(asked: int, watermark: int) -> ApiError:
+    return expired(f"too old resource version: {asked} ({watermark})")
+
+
+def _spec_part(rd: ResourceDef, obj: Mapping[str, Any]) -> dict[str, Any]:
+    skip = {"metadata", "kind", "apiVersion"}
+    if rd.status_subresource:
+        skip.add("status")
+    return {k: v for k, v in obj.items() if k not in skip}
+
+
+_FIRST_KEYS = ("kind", "apiVersion", "metadata")
+
+
+def _ordered(obj: Obj) -> Obj:
+    """Keys in the apiserver's order (kind, apiVersion, metadata, ...) for readable output."""
+    out = {k: obj[k] for k in _FIRST_KEYS if k in obj}
+    out.update((k, v) for k, v in obj.items() if k not in out)
+    return out
+
+
+__all__ = [
+    "ApiError",
+    "Key",
+    "Obj",
+    "PatchType",
+    "Record",
+    "Store",
+    "WatchEvent",
+    "encode",
+    "now_rfc3339",
+    "too_old",
+]
