@@ -1,0 +1,232 @@
+"""Hypothesis properties of decide(): deterministic (also under any input order) and never
+announcing an IP that no advertisement selects for that peer on that node."""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+
+from clusterkit import adv, config, ep, eps, node, peer, pool, selector, svc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bgpd.decision import ANNOTATION_COMMUNITIES, ANNOTATION_MED, EXCLUDE_LB_LABEL, decide
+from bgpd.model import (
+    BGPAdvertisement,
+    ClusterSnapshot,
+    Config,
+    EndpointSlice,
+    Node,
+    NodeName,
+    Service,
+    selectors_match,
+)
+from bgpd.objects import build_snapshot
+
+POOLS = [
+    pool("a", "198.51.100.0/28", labels={"tier": "web"}),
+    pool("b", "203.0.113.0/28"),
+    pool("c6", "2001:db8:100::/124", labels={"tier": "web"}),
+]
+#: Addresses to draw from: inside each pool, and outside every pool.
+ADDRESSES = [
+    "198.51.100.1",
+    "198.51.100.2",
+    "198.51.100.14",
+    "203.0.113.5",
+    "203.0.113.6",
+    "2001:db8:100::1",
+    "2001:db8:100::2",
+    "192.0.2.1",
+    "2001:db8:999::1",
+]
+PEERS = [
+    ("tor-a", "172.31.250.1"),
+    ("tor-b", "172.31.250.2"),
+    ("tor-a-v6", "fd00:99::1"),
+    ("isp", "172.31.250.9"),
+]
+NODE_NAMES = ["n1", "n2", "n3"]
+racks = st.sampled_from([None, None, "r1", "r2"])
+
+
+def rack_selectors(rack: str | None) -> tuple[object, ...]:
+    return () if rack is None else (selector(rack=rack),)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> Config:
+    peers = [
+        peer(
+            name,
+            address,
+            peer_asn=65001 if name == "isp" else 64512,
+            nodes=rack_selectors(draw(racks)),
+        )
+        for name, address in draw(st.lists(st.sampled_from(PEERS), min_size=1, unique=True))
+    ]
+    advertisements = [
+        adv(
+            f"adv{i}",
+            pools=draw(
+                st.lists(st.sampled_from(["a", "b", "c6"]), max_size=2, unique=True) | st.just([])
+            ),
+            pool_selectors=[selector(tier="web")] if draw(st.booleans()) else [],
+            peers=draw(
+                st.lists(st.sampled_from([p.name for p in peers]), max_size=2, unique=True)
+                | st.just([])
+            ),
+            nodes=rack_selectors(draw(racks)),
+            aggregation_length=draw(st.sampled_from([24, 28, 30, 32])),
+            aggregation_length_v6=draw(st.sampled_from([64, 124, 128])),
+            communities=draw(st.lists(st.sampled_from(["65000:1", "65000:2"]), unique=True)),
+            local_pref=draw(st.none() | st.integers(0, 500)),
+        )
+        for i in range(draw(st.integers(1, 3)))
+    ]
+    return config(
+        pools=POOLS,
+        peers=peers,
+        advertisements=advertisements,
+        communities={"gold": "65000:900"},
+    )
+
+
+@st.composite
+def snapshots(draw: st.DrawFn) -> tuple[list[Service], list[EndpointSlice], list[Node]]:
+    nodes = [
+        node(
+            n,
+            unavailable=draw(st.integers(0, 7)) == 0,
+            **{
+                k: v
+                for k, v in (
+                    ("rack", draw(racks)),
+                    (EXCLUDE_LB_LABEL, "" if draw(st.integers(0, 7)) == 0 else None),
+                )
+                if v is not None
+            },
+        )
+        for n in NODE_NAMES
+    ]
+    services: list[Service] = []
+    slices: list[EndpointSlice] = []
+    for i in range(draw(st.integers(1, 6))):
+        key = f"ns{i % 2}/s{i}"
+        annotations = {}
+        if draw(st.integers(0, 2)) == 0:
+            annotations[ANNOTATION_COMMUNITIES] = draw(
+                st.sampled_from(
+                    ["gold", "65000:7,large:1:2:3", "no-export", "gold,no-peer", "bogus"]
+                )
+            )
+        if draw(st.integers(0, 3)) == 0:
+            annotations[ANNOTATION_MED] = draw(st.sampled_from(["0", "10", "20", "x"]))
+        services.append(
+            svc(
+                key,
+                *draw(
+                    st.lists(
+                        st.sampled_from(ADDRESSES),
+                        min_size=int(draw(st.integers(0, 7)) > 0),
+                        max_size=2,
+                        unique=True,
+                    )
+                ),
+                local=draw(st.booleans()),
+                type="ClusterIP" if draw(st.integers(0, 7)) == 0 else "LoadBalancer",
+                lb_class="other.io/lb" if draw(st.integers(0, 7)) == 0 else None,
+                annotations=annotations,
+            )
+        )
+        for j in range(draw(st.integers(1, 2))):
+            endpoints = [
+                ep(
+                    draw(st.sampled_from([*NODE_NAMES, None])),
+                    ready=draw(st.sampled_from([True, True, False, None])),
+                    serving=draw(st.sampled_from([True, False, None])),
+                    terminating=draw(st.sampled_from([True, False, None])),
+                )
+                for _ in range(draw(st.integers(1, 3)))
+            ]
+            slices.append(eps(key, *endpoints, name=f"s{i}-{j}"))
+    return services, slices, nodes
+
+
+def _snapshot(parts: tuple[list[Service], list[EndpointSlice], list[Node]]) -> ClusterSnapshot:
+    return build_snapshot(*parts)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cfg=configs(), parts=snapshots(), at=st.sampled_from(NODE_NAMES), seed=st.integers())
+def test_decide_is_deterministic_and_order_free(
+    cfg: Config,
+    parts: tuple[list[Service], list[EndpointSlice], list[Node]],
+    at: str,
+    seed: int,
+) -> None:
+    first = decide(cfg, _snapshot(parts), NodeName(at))
+    assert decide(cfg, _snapshot(parts), NodeName(at)) == first
+    rng = random.Random(seed)
+    shuffled = tuple(rng.sample(p, len(p)) for p in parts)
+    reordered = Config(
+        pools=tuple(rng.sample(cfg.pools, len(cfg.pools))),
+        peers=tuple(rng.sample(cfg.peers, len(cfg.peers))),
+        advertisements=tuple(rng.sample(cfg.advertisements, len(cfg.advertisements))),
+        communities=cfg.communities,
+    )
+    again = decide(reordered, _snapshot(shuffled), NodeName(at))
+    assert again.routes == first.routes
+    assert [(s.service, s.reason, s.ip) for s in again.skipped] == [
+        (s.service, s.reason, s.ip) for s in first.skipped
+    ]
+
+
+def _allowed(advertisement: BGPAdvertisement, ip_pool_name: str, labels: object) -> bool:
+    chosen = next(p for p in POOLS if p.name == ip_pool_name)
+    return advertisement.selects_pool(chosen) and selectors_match(
+        advertisement.node_selectors,
+        labels,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(cfg=configs(), parts=snapshots(), at=st.sampled_from(NODE_NAMES))
+def test_every_route_is_backed_by_an_advertisement(
+    cfg: Config,
+    parts: tuple[list[Service], list[EndpointSlice], list[Node]],
+    at: str,
+) -> None:
+    snapshot = _snapshot(parts)
+    here = snapshot.nodes[NodeName(at)]
+    decision = decide(cfg, snapshot, NodeName(at))
+    for route in decision.routes:
+        the_peer = cfg.peer(route.peer)
+        assert the_peer is not None
+        assert selectors_match(the_peer.node_selectors, here.labels)
+        assert the_peer.family == route.prefix.version
+        assert not here.network_unavailable
+        assert EXCLUDE_LB_LABEL not in here.labels
+        for key in route.services:
+            service = snapshot.services[key]
+            assert service.type == "LoadBalancer"
+            assert service.load_balancer_class is None
+            backing = [
+                (ip, a)
+                for ip in service.ingress_ips
+                if (p := cfg.pool_of(ip)) is not None
+                for a in cfg.advertisements
+                if _allowed(a, p.name, here.labels)
+                and (not a.peers or route.peer in a.peers)
+                and ipaddress.ip_network(
+                    (
+                        ip,
+                        a.aggregation_length if ip.version == 4 else a.aggregation_length_v6,
+                    ),
+                    strict=False,
+                )
+                == route.prefix
+            ]
+            assert backing, f"{key} on {route.peer} {route.prefix} has no advertisement"
+        if not the_peer.is_ibgp:
+            assert route.attributes.local_pref is None
