@@ -1,0 +1,308 @@
+"""MQTT events: this node's routes and BGP sessions, published through aiomqtt.
+
+Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.md):
+
+* ``<topic_prefix>/<node>/routes/<prefix>`` with the prefix's ``/`` written as ``_``
+  (``10.99.100.1_32``, ``fd00:99::1_128``): MQTT reserves ``/`` as the level separator
+  and ``+``/``#`` as wildcards, and neither appears in an address. An announce is a
+  retained JSON document, so a subscriber that connects later sees the current state. A
+  withdraw publishes the JSON event (not retained, for live subscribers) and then clears
+  the retained message with an empty payload (MQTT 3.1.1 3.3.1.3), so the retained set is
+  exactly what the node announces now instead of every prefix it ever announced.
+* ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
+* ``<topic_prefix>/<node>/status``: ``online`` (retained) once connected; the broker
+  publishes ``offline`` (our Last Will) if the connection dies.
+
+A slow or absent broker must never delay BGP: `publish()` is synchronous and O(1) (a
+bounded deque; when full the oldest event is dropped and counted), and the only task
+that waits on the network is `run()`. After a reconnect or after dropping events the
+publisher sends the current retained state instead of the missed events: subscribers see
+the state converge, not every transition. Reconnects back off exponentially with jitter,
+capped, like aiomqtt's own examples. This module must not touch the ExaBGP driver or the
+metrics registry: it consumes `bgpd.model` events and exposes its counters as attributes
+(`bgpd.metrics.MQTTView`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+import random
+import ssl
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import aiomqtt
+
+from bgpd.logs import log
+from bgpd.model import (
+    IPNetwork,
+    MQTTConfig,
+    NodeName,
+    PeerEvent,
+    PeerName,
+    RouteChange,
+    SpeakerEvent,
+)
+
+_logger = logging.getLogger("bgpd.mqtt")
+
+#: Level separator and wildcards: must never appear inside one level we build.
+_RESERVED = ("/", "+", "#")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One MQTT publication; an empty payload with retain clears a retained message."""
+
+    topic: str
+    payload: bytes
+    retain: bool
+
+
+def prefix_level(prefix: IPNetwork) -> str:
+    """The topic level of a prefix: ``10.99.100.1/32`` -> ``10.99.100.1_32``."""
+    return prefix.with_prefixlen.replace("/", "_")
+
+
+def _level(text: str) -> str:
+    # Node and peer names are Kubernetes object names (DNS subdomains), which cannot hold
+    # these characters; refuse rather than publish to a wildcard or the wrong subtree.
+    if not text or any(c in text for c in _RESERVED):
+        raise ValueError(f"not usable as an MQTT topic level: {text!r}")
+    return text
+
+
+def route_topic(topic_prefix: str, node: str, prefix: IPNetwork) -> str:
+    return f"{topic_prefix}/{_level(node)}/routes/{prefix_level(prefix)}"
+
+
+def peer_topic(topic_prefix: str, node: str, peer: PeerName) -> str:
+    return f"{topic_prefix}/{_level(node)}/peers/{_level(peer)}"
+
+
+def status_topic(topic_prefix: str, node: str) -> str:
+    return f"{topic_prefix}/{_level(node)}/status"
+
+
+def _json(doc: dict[str, object]) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+
+
+def event_payload(event: SpeakerEvent) -> dict[str, object]:
+    """The JSON document of an event (see docs/observability.md for the fields)."""
+    if isinstance(event, PeerEvent):
+        return {
+            "node": event.node,
+            "peer": event.peer,
+            "state": event.state.value,
+            "reason": event.reason,
+            "at": event.at,
+        }
+    doc: dict[str, object] = {
+        "node": event.node,
+        "peer": event.peer,
+        "prefix": event.prefix.with_prefixlen,
+        "state": event.change.value,
+        "at": event.at,
+    }
+    if event.change is RouteChange.ANNOUNCED and event.attributes is not None:
+        a = event.attributes
+        doc.update(
+            communities=list(a.communities),
+            large_communities=list(a.large_communities),
+            local_pref=a.local_pref,
+            med=a.med,
+        )
+    return doc
+
+
+def messages(topic_prefix: str, event: SpeakerEvent) -> tuple[Message, ...]:
+    """What one event publishes: pure, so topics, payloads and retain flags are tested
+    without a broker."""
+    payload = _json(event_payload(event))
+    if isinstance(event, PeerEvent):
+        return (Message(peer_topic(topic_prefix, event.node, event.peer), payload, True),)
+    topic = route_topic(topic_prefix, event.node, event.prefix)
+    if event.change is RouteChange.ANNOUNCED:
+        return (Message(topic, payload, True),)
+    return (Message(topic, payload, False), Message(topic, b"", True))
+
+
+def backoff_delay(
+    attempt: int, *, base: float, cap: float, rand: Callable[[], float] = random.random
+) -> float:
+    """Exponential back-off with "equal jitter": half the capped delay plus a random half,
+    so many speakers reconnecting to one restarted broker spread out but never spin."""
+    ceiling = min(cap, base * 2.0 ** min(attempt, 32))
+    return ceiling / 2 + rand() * ceiling / 2
+
+
+class MQTTPublisher:
+    """Publishes speaker events to one broker; see the module docstring for the rules.
+
+    ``publish(event)`` from any code on the event loop (never blocks, never raises on
+    broker trouble); ``await run()`` as one long-lived task of the composition root;
+    ``follow(queue)`` moves events from the driver's subscription queue into ``publish``.
+    """
+
+    def __init__(
+        self,
+        config: MQTTConfig,
+        *,
+        node: NodeName,
+        max_queue: int = 1000,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        timeout: float = 5.0,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.timeout = timeout
+        self._queue: collections.deque[SpeakerEvent] = collections.deque(maxlen=max_queue)
+        #: topic -> retained payload: the state a (re)connect publishes; "online" is part
+        #: of it, so every (re)connect overwrites the "offline" of our last will.
+        self._retained: dict[str, bytes] = {status_topic(config.topic_prefix, node): b"online"}
+        #: Topics holding a retained message we published in this process.
+        self._on_broker: set[str] = set()
+        self._resync = True
+        self._wake = asyncio.Event()
+        self._sending = False
+        # Counters and state read by bgpd.metrics.MQTTCollector and status.
+        self.connected = False
+        self.published = 0
+        self.dropped = 0
+        self.connects = 0
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def settled(self) -> bool:
+        """Connected, and the broker holds everything published so far."""
+        return self.connected and not self._resync and not self._queue and not self._sending
+
+    @property
+    def retained(self) -> dict[str, bytes]:
+        """A copy of the retained state as the broker should hold it (topic -> payload)."""
+        return dict(self._retained)
+
+    # ------------------------------------------------------------------ producer side
+
+    def publish(self, event: SpeakerEvent) -> None:
+        """Queue one event. Synchronous and O(1); a full queue drops its oldest event,
+        and the next send resynchronises the retained state to cover the gap."""
+        for m in messages(self.config.topic_prefix, event):
+            if m.retain:
+                if m.payload:
+                    self._retained[m.topic] = m.payload
+                else:
+                    self._retained.pop(m.topic, None)
+        if len(self._queue) == self._queue.maxlen:
+            self.dropped += 1
+            self._resync = True
+        self._queue.append(event)
+        self._wake.set()
+
+    def seed(self, events: Iterable[SpeakerEvent]) -> None:
+        """Record current state without queueing events (e.g. routes acknowledged before
+        the publisher was created); it is sent on the next (re)connect."""
+        for event in events:
+            for m in messages(self.config.topic_prefix, event):
+                if m.retain and m.payload:
+                    self._retained[m.topic] = m.payload
+                elif m.retain:
+                    self._retained.pop(m.topic, None)
+        self._resync = True
+        self._wake.set()
+
+    async def follow(self, events: asyncio.Queue[SpeakerEvent]) -> None:
+        """Forward a subscription queue (the driver's) into `publish` until cancelled."""
+        while True:
+            self.publish(await events.get())
+
+    # ------------------------------------------------------------------ network side
+
+    def _client(self) -> aiomqtt.Client:
+        c = self.config
+        return aiomqtt.Client(
+            c.host,
+            c.port,
+            username=c.username,
+            password=c.password,
+            identifier=f"kube-bgpd-{self.node}",
+            will=aiomqtt.Will(
+                status_topic(c.topic_prefix, self.node), b"offline", qos=1, retain=True
+            ),
+            tls_context=ssl.create_default_context() if c.tls else None,
+            timeout=self.timeout,
+        )
+
+    async def run(self) -> None:
+        """Connect, publish, and reconnect forever; returns only by cancellation."""
+        attempt = 0
+        while True:
+            try:
+                async with self._client() as client:
+                    self.connected = True
+                    self.connects += 1
+                    attempt = 0
+                    log(_logger, logging.INFO, "mqtt.connected", host=self.config.host)
+                    self._resync = True
+                    await self._pump(client)
+            except aiomqtt.MqttError as exc:
+                log(
+                    _logger,
+                    logging.WARNING if self.connected else logging.DEBUG,
+                    "mqtt.disconnected",
+                    host=self.config.host,
+                    error=str(exc),
+                )
+            finally:
+                self.connected = False
+            delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+    async def _pump(self, client: aiomqtt.Client) -> None:
+        while True:
+            self._sending = True
+            try:
+                if self._resync:
+                    await self._send_state(client)
+                    continue
+                if self._queue:
+                    event = self._queue.popleft()
+                    for m in messages(self.config.topic_prefix, event):
+                        await self._send(client, m)
+                    continue
+            finally:
+                self._sending = False
+            self._wake.clear()
+            await self._wake.wait()
+
+    async def _send_state(self, client: aiomqtt.Client) -> None:
+        """Publish the whole retained state and clear what no longer holds. The queued
+        events are already part of that state, so they are dropped, not replayed."""
+        self._resync = False
+        self._queue.clear()
+        state = dict(self._retained)
+        for topic in sorted(self._on_broker - state.keys()):
+            await self._send(client, Message(topic, b"", True))
+        for topic, payload in sorted(state.items()):
+            await self._send(client, Message(topic, payload, True))
+        log(_logger, logging.INFO, "mqtt.state_published", topics=len(state))
+
+    async def _send(self, client: aiomqtt.Client, m: Message) -> None:
+        await client.publish(m.topic, m.payload, qos=1, retain=m.retain)
+        self.published += 1
+        if m.retain:
+            if m.payload:
+                self._on_broker.add(m.topic)
+            else:
+                self._on_broker.discard(m.topic)
