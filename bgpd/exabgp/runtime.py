@@ -1,0 +1,136 @@
+"""One ExaBGP for this node, put together: its files, the supervisor and the driver.
+
+The speaker (and the component tests and the benchmark) hold one ``ExaBGPRuntime``:
+
+* ``configure(rendering)`` writes ExaBGP's configuration (mode 0600: it may hold MD5
+  keys) into the work dir and tells the driver which sessions exist; if ExaBGP runs and
+  the text changed, ExaBGP is restarted and the driver replays (SIGUSR1 reload would not
+  give a new neighbour the routes sent earlier through the API: lab notes);
+* ``run()`` is the long-lived task: the driver's socket and sender plus the supervisor;
+* ``stop(withdraw=True)`` is the graceful stop: withdraw everything, wait for the acks and
+  the flush, then SIGTERM ExaBGP (SIGKILL after a bound) and close the socket.
+
+It adds no policy of its own: what to announce comes from the reconciler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bgpd.exabgp.driver import ExaBGPDriver
+from bgpd.exabgp.render import Rendering, render_env
+from bgpd.exabgp.supervisor import Supervisor
+from bgpd.model import NodeName
+
+CONFIG_NAME = "exabgp.conf"
+SOCKET_NAME = "exabgp-api.sock"
+
+
+def helper_argv() -> list[str]:
+    """How ExaBGP starts the helper: this interpreter, so the venv's kube-bgpd is found."""
+    return [sys.executable, "-m", "bgpd.exabgp.helper"]
+
+
+def find_exabgp(binary: str) -> str:
+    """``exabgp`` on PATH, else next to this interpreter (a venv that is not activated)."""
+    if os.sep in binary:
+        return binary
+    found = shutil.which(binary)
+    if found:
+        return found
+    return str(Path(sys.executable).with_name(binary))
+
+
+class ExaBGPRuntime:
+    def __init__(
+        self,
+        *,
+        node: NodeName,
+        work_dir: Path,
+        exabgp_binary: str = "exabgp",
+        prefix: Sequence[str] = (),
+        window: int = 4,
+        batch: int = 100,
+        ack_timeout: float = 10.0,
+        flush_delay: float = 0.5,
+        stop_timeout: float = 5.0,
+        max_crashes: int = 5,
+        crash_window: float = 60.0,
+        listen: bool = False,
+    ) -> None:
+        self.work_dir = work_dir
+        work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.config_path = work_dir / CONFIG_NAME
+        self.listen = listen
+        self.rendering: Rendering | None = None
+        self.driver = ExaBGPDriver(
+            node=node,
+            socket_path=work_dir / SOCKET_NAME,
+            window=window,
+            batch=batch,
+            ack_timeout=ack_timeout,
+            flush_delay=flush_delay,
+        )
+        self.supervisor = Supervisor(
+            argv=[find_exabgp(exabgp_binary), "server", str(self.config_path)],
+            env=self._env,
+            cwd=work_dir,
+            prefix=prefix,
+            on_start=self.driver.reset,
+            stop_timeout=stop_timeout,
+            max_crashes=max_crashes,
+            crash_window=crash_window,
+        )
+        self.driver.on_dead = self.supervisor.kill
+
+    def _env(self, generation: int) -> dict[str, str]:
+        listen = [n.local_address for n in self.rendering.neighbors] if self.rendering else []
+        return render_env(
+            socket_path=str(self.driver.socket_path),
+            generation=generation,
+            as_root=os.geteuid() == 0,
+            listen=listen if self.listen else (),
+        )
+
+    def configure(self, rendering: Rendering) -> bool:
+        """Install a rendering; returns True if ExaBGP must (and will) restart for it."""
+        changed = self.rendering is None or rendering.config != self.rendering.config
+        self.rendering = rendering
+        if not changed:
+            return False
+        tmp = self.config_path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(rendering.config)
+        os.chmod(tmp, 0o600)
+        tmp.replace(self.config_path)
+        self.driver.configure(rendering.neighbors)
+        if self.supervisor.pid is not None:
+            self.supervisor.restart()
+            return True
+        return False
+
+    async def run(self) -> None:
+        """Serve the helper socket, send commands, keep ExaBGP running."""
+        if self.rendering is None:
+            raise RuntimeError("configure() before run()")
+        await self.driver.start()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.driver.run(), name="exabgp-driver")
+                tg.create_task(self.supervisor.run(), name="exabgp-supervisor")
+        finally:
+            await self.driver.close()
+
+    async def stop(self, *, withdraw: bool = True, within: float = 10.0) -> bool:
+        """Graceful stop. Returns whether every withdraw was acknowledged in time."""
+        ok = True
+        if withdraw and self.supervisor.pid is not None and self.driver.connected:
+            ok = await self.driver.withdraw_all(within)
+        await self.supervisor.stop()
+        return ok

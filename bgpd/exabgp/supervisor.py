@@ -1,0 +1,228 @@
+"""The ExaBGP child process: start, relay its log, restart with back-off, stop.
+
+Why each piece:
+
+* ``PR_SET_PDEATHSIG`` (prctl, set in the child between fork and exec): if the daemon
+  dies, however it dies, the kernel kills ExaBGP, whose sessions then close at once; an
+  orphaned ExaBGP would keep announcing routes nobody manages. SIGKILL, because SIGTERM is
+  ignored while ExaBGP is blocked writing to its helper. The flag survives ``exec``, so
+  it also holds through an argv prefix such as ``ip netns exec NS`` (which execs).
+* A new session (``start_new_session``): a Ctrl-C in a terminal must reach only the
+  daemon, which withdraws routes before stopping ExaBGP itself.
+* Restarts back off (base doubling to a cap, jittered by 50-100 % so a fleet does not
+  restart in step) and give up with ``CrashLoopError`` after ``max_crashes`` unrequested
+  exits within ``crash_window`` seconds: a config ExaBGP rejects would otherwise loop
+  forever, and the orchestrator shows the error better than a log line every second.
+* ExaBGP's stdout/stderr are always read (its log goes there; a full pipe would block it)
+  and relayed to our log at DEBUG, lines with an error or warning at WARNING.
+
+The environment comes from a callable of the start generation, because the generation
+travels to the helper in the environment (see render.render_env). This module knows
+nothing of BGP or of ExaBGP's API; the driver does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from bgpd.exabgp.errors import CrashLoopError
+from bgpd.logs import log
+
+_logger = logging.getLogger("bgpd.exabgp.supervisor")
+PR_SET_PDEATHSIG = 1
+
+
+def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
+    """The child-side half of PR_SET_PDEATHSIG, run after fork and before exec."""
+
+    def preexec() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        # The parent may have died between fork and prctl: then nobody will signal us.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class Supervisor:
+    """Runs one ExaBGP at a time; ``run()`` is the long-lived task.
+
+    ``on_start(generation)`` is called before each start so the driver resets what it
+    believes ExaBGP holds (ExaBGP keeps nothing across a restart)."""
+
+    def __init__(
+        self,
+        *,
+        argv: Sequence[str],
+        env: Callable[[int], Mapping[str, str]],
+        cwd: Path,
+        prefix: Sequence[str] = (),
+        on_start: Callable[[int], None] | None = None,
+        backoff_base: float = 0.2,
+        backoff_cap: float = 30.0,
+        max_crashes: int = 5,
+        crash_window: float = 60.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
+        self.prefix = list(prefix)
+        self.on_start = on_start
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.max_crashes = max_crashes
+        self.crash_window = crash_window
+        self.stop_timeout = stop_timeout
+        #: Number of ExaBGP starts so far (the first start is generation 1).
+        self.generation = 0
+        #: Starts after the first one, whatever the cause (crash, kill, reconfigure).
+        self.restarts = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._crashes: list[float] = []
+        self._consecutive = 0
+        self._stopping = False
+        self._requested = False
+        self._wake = asyncio.Event()
+        self.started = asyncio.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None or self._proc.returncode is not None else self._proc.pid
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        self.generation += 1
+        if self.generation > 1:
+            self.restarts += 1
+        if self.on_start is not None:
+            self.on_start(self.generation)
+        env = dict(os.environ)
+        env.update(self.env(self.generation))
+        proc = await asyncio.create_subprocess_exec(
+            *self.prefix,
+            *self.argv,
+            cwd=self.cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_pdeathsig_preexec(os.getpid()),
+        )
+        log(_logger, logging.INFO, "exabgp.started", pid=proc.pid, generation=self.generation)
+        self.started.set()
+        return proc
+
+    async def _relay_output(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        while line := await proc.stdout.readline():
+            text = line.decode(errors="replace").rstrip()
+            lowered = text.lower()
+            level = logging.DEBUG
+            if " error" in lowered or " err " in lowered or "warning" in lowered:
+                level = logging.WARNING
+            log(_logger, level, "exabgp.log", pid=proc.pid, line=text)
+
+    def _backoff(self) -> float:
+        delay = min(self.backoff_cap, self.backoff_base * 2.0 ** max(0, self._consecutive - 1))
+        return delay * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not crypto
+
+    async def run(self) -> None:
+        """Start ExaBGP and keep it running until stop(); raise CrashLoopError on a loop."""
+        try:
+            while not self._stopping:
+                started_at = time.monotonic()
+                proc = self._proc = await self._start()
+                relay = asyncio.create_task(self._relay_output(proc), name="exabgp-log")
+                try:
+                    rc = await proc.wait()
+                finally:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(relay), 1.0)
+                    relay.cancel()
+                if self.stopping:
+                    log(_logger, logging.INFO, "exabgp.stopped", pid=proc.pid, returncode=rc)
+                    return
+                now = time.monotonic()
+                if self._requested:
+                    self._requested = False
+                    log(_logger, logging.INFO, "exabgp.restarting", pid=proc.pid, returncode=rc)
+                    continue
+                uptime = now - started_at
+                self._consecutive = 1 if uptime > self.crash_window else self._consecutive + 1
+                self._crashes = [t for t in self._crashes if now - t < self.crash_window] + [now]
+                log(
+                    _logger,
+                    logging.ERROR,
+                    "exabgp.exited",
+                    pid=proc.pid,
+                    returncode=rc,
+                    uptime=round(uptime, 3),
+                    crashes=len(self._crashes),
+                )
+                if len(self._crashes) > self.max_crashes:
+                    raise CrashLoopError(
+                        f"ExaBGP exited {len(self._crashes)} times within "
+                        f"{self.crash_window:.0f}s (last return code {rc}); giving up. "
+                        "Check its configuration and log above."
+                    )
+                delay = self._backoff()
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+        finally:
+            await self._kill_now()
+
+    def kill(self) -> None:
+        """SIGKILL the current ExaBGP (it is hung: no ack within the timeout); run()
+        restarts it after the usual back-off and counts it as a crash."""
+        if self.pid is not None:
+            log(_logger, logging.WARNING, "exabgp.killing", pid=self.pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def restart(self) -> None:
+        """Restart at once, not as a crash (a new configuration)."""
+        if self.pid is not None:
+            self._requested = True
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+        self._wake.set()
+
+    async def stop(self) -> int | None:
+        """SIGTERM ExaBGP, SIGKILL after ``stop_timeout``; return its exit code."""
+        self._stopping = True
+        self._wake.set()
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return None if proc is None else proc.returncode
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(proc.wait(), self.stop_timeout)
+        except TimeoutError:
+            log(_logger, logging.WARNING, "exabgp.stop_timeout", pid=proc.pid)
+            await self._kill_now()
+            return proc.returncode
+
+    async def _kill_now(self) -> None:
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await asyncio.shield(proc.wait())

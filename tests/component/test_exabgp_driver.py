@@ -1,0 +1,389 @@
+"""The ExaBGP adapter (render + supervisor + helper + driver) against real routers.
+
+ExaBGP runs inside node namespaces of the lab topology (argv prefix ``ip netns exec``);
+the driver runs in the test's event loop. Router queries are blocking subprocess calls,
+so they run in a thread (``in_thread``): blocking the loop would stall the driver.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bgpd.exabgp.render import render
+from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
+from bgpd.lab.netns import process_alive
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from bgpd.lab.topology import Topology
+from bgpd.model import (
+    BGPPeer,
+    Config,
+    DesiredRoutes,
+    IPNetwork,
+    Node,
+    NodeName,
+    PeerName,
+    RouteAttributes,
+    SessionState,
+)
+
+pytestmark = [pytest.mark.component, pytest.mark.root]
+
+PLAIN = RouteAttributes()
+
+
+def net(text: str) -> IPNetwork:
+    return ipaddress.ip_network(text)
+
+
+def node_of(topology: Topology, i: int) -> Node:
+    return Node(
+        name=NodeName(f"node{i}"),
+        addresses=(
+            ("InternalIP", str(topology.node_address(i, 4))),
+            ("InternalIP", str(topology.node_address(i, 6))),
+        ),
+    )
+
+
+def router_peer(topology: Topology, name: str = "tor", family: int = 4, **kw: Any) -> BGPPeer:
+    fields: dict[str, Any] = {"my_asn": NODE_ASN, "peer_asn": ROUTER_ASN, "hold_time": 9}
+    fields.update(kw)
+    return BGPPeer(name=PeerName(name), peer_address=topology.router_address(family), **fields)
+
+
+async def in_thread(fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+    return await asyncio.to_thread(fn, *args, **kw)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    topology: Topology,
+    tmp_path: Path,
+    peers: tuple[BGPPeer, ...],
+    *,
+    node: int = 1,
+    passwords: dict[PeerName, str | None] | None = None,
+    **opts: Any,
+) -> AsyncIterator[ExaBGPRuntime]:
+    """An ExaBGPRuntime for node N, running until the block ends (then killed, no
+    graceful stop: tests of the graceful stop call rt.stop() themselves)."""
+    rt = ExaBGPRuntime(
+        node=NodeName(f"node{node}"),
+        work_dir=tmp_path / f"node{node}",
+        prefix=topology.nodes[node - 1].exec_prefix(),
+        **opts,
+    )
+    rt.configure(
+        render(
+            Config(peers=peers),
+            node_of(topology, node),
+            kernel_choices={},
+            passwords=passwords or {},
+            helper_argv=helper_argv(),
+        )
+    )
+    task = asyncio.create_task(rt.run(), name=f"exabgp-node{node}")
+    try:
+        yield rt
+    finally:
+        if not task.done():
+            await rt.stop(withdraw=False)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_for(cond: Callable[[], bool], within: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + within
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def routes(peer: str, prefixes: list[str], attrs: RouteAttributes = PLAIN) -> DesiredRoutes:
+    return {PeerName(peer): {net(p): attrs for p in prefixes}}
+
+
+async def test_routes_reach_gobgp_with_next_hop_and_attributes(
+    topology: Topology, tmp_path: Path, gobgp_router: Router
+) -> None:
+    attrs = RouteAttributes(communities=("65000:1",), large_communities=("64512:1:2",), med=30)
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"], attrs))
+        assert await rt.driver.wait_converged(20)
+        rib = await in_thread(
+            gobgp_router.wait_rib,
+            lambda r: net("10.99.100.2/32") in r and net("10.99.100.1/32") in r,
+            20,
+        )
+        (path,) = rib[net("10.99.100.1/32")]
+        assert path.next_hop == topology.node_address(1)
+        assert path.communities == ("65000:1",)
+        assert path.large_communities == ("64512:1:2",)
+        assert path.med == 30
+        await wait_for(
+            lambda: rt.driver.peer_status()[PeerName("tor")].state is SessionState.UP, what="up"
+        )
+        status = rt.driver.peer_status()[PeerName("tor")]
+        assert status.acknowledged == 2
+        assert status.pending == 0
+        # Declarative: a smaller set withdraws the rest.
+        rt.driver.apply(routes("tor", ["10.99.100.2/32"], attrs))
+        await in_thread(
+            gobgp_router.wait_rib,
+            lambda r: net("10.99.100.1/32") not in r and net("10.99.100.2/32") in r,
+            20,
+        )
+        assert rt.driver.stats.commands_sent["withdraw"] == 1
+
+
+def exabgp_children(rt: ExaBGPRuntime) -> list[int]:
+    """PIDs of the helper processes ExaBGP spawned (children of the ExaBGP pid)."""
+    pid = rt.supervisor.pid
+    assert pid is not None
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        out += [int(c) for c in children]
+    return [c for c in out if b"bgpd.exabgp.helper" in Path(f"/proc/{c}/cmdline").read_bytes()]
+
+
+async def test_bird_ipv4_and_ipv6_sessions_and_node_selectors(
+    topology: Topology, tmp_path: Path, make_router: Callable[..., Router]
+) -> None:
+    bird = make_router("bird")
+    from bgpd.model import LabelSelector, frozen_map
+
+    r1 = (LabelSelector(match_labels=(("rack", "r1"),)),)
+    r2 = (LabelSelector(match_labels=(("rack", "r2"),)),)
+    peers = (
+        router_peer(topology, "v4", 4, node_selectors=r1),
+        router_peer(topology, "v6", 6, node_selectors=r1),
+        router_peer(topology, "v4-other-rack", 4, node_selectors=r2, peer_port=1790),
+    )
+    rt = ExaBGPRuntime(
+        node=NodeName("node1"), work_dir=tmp_path / "n1", prefix=topology.nodes[0].exec_prefix()
+    )
+    node = node_of(topology, 1)
+    node = Node(name=node.name, labels=frozen_map({"rack": "r1"}), addresses=node.addresses)
+    rendering = render(
+        Config(peers=peers), node, kernel_choices={}, passwords={}, helper_argv=helper_argv()
+    )
+    assert [n.name for n in rendering.neighbors] == ["v4", "v6"]
+    rt.configure(rendering)
+    task = asyncio.create_task(rt.run())
+    try:
+        rt.driver.apply(
+            {
+                PeerName("v4"): {net("10.99.100.1/32"): PLAIN},
+                PeerName("v6"): {
+                    net("fd00:99:100::1/128"): PLAIN,
+                    net("fd00:99:100::2/128"): PLAIN,
+                },
+                PeerName("v4-other-rack"): {net("10.99.100.9/32"): PLAIN},
+            }
+        )
+        rib4 = await in_thread(bird.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)
+        assert [p.next_hop for p in rib4[net("10.99.100.1/32")]] == [topology.node_address(1)]
+        rib6 = await in_thread(bird.wait_rib, lambda r: len(r) == 2, 20, family=6)
+        assert {p.next_hop for paths in rib6.values() for p in paths} == {
+            topology.node_address(1, 6)
+        }
+        assert net("10.99.100.9/32") not in await in_thread(bird.rib, 4)
+        assert set(rt.driver.peer_status()) == {PeerName("v4"), PeerName("v6")}
+    finally:
+        await rt.stop(withdraw=False)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_ibgp_local_pref_and_drain_modes(
+    topology: Topology, tmp_path: Path, make_router: Callable[..., Router]
+) -> None:
+    from bgpd.exabgp.driver import DriverMode
+
+    bird = make_router("gobgp", peer_asn=ROUTER_ASN)
+    peer = router_peer(topology, my_asn=ROUTER_ASN)
+    attrs = RouteAttributes(communities=("65000:7",), local_pref=250)
+    async with running(topology, tmp_path, (peer,)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"], attrs))
+        rib = await in_thread(bird.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)
+        assert rib[net("10.99.100.1/32")][0].local_pref == 250
+        rt.driver.set_mode(DriverMode.DRAINING)
+        rib = await in_thread(
+            bird.wait_rib,
+            lambda r: any("65535:0" in p.communities for p in r.get(net("10.99.100.1/32"), [])),
+            20,
+        )
+        (path,) = rib[net("10.99.100.1/32")]
+        assert path.communities == ("65000:7", "65535:0")
+        assert path.local_pref == 0
+        rt.driver.set_mode(DriverMode.WITHDRAWN)
+        await in_thread(bird.wait_rib, lambda r: not r, 20)
+
+
+@pytest.mark.parametrize(
+    ("key", "up"),
+    [
+        pytest.param("s3cret-key", True, id="right-key"),
+        pytest.param("wrong-key", False, id="wrong-key"),
+    ],
+)
+async def test_md5(
+    topology: Topology, tmp_path: Path, make_router: Callable[..., Router], key: str, up: bool
+) -> None:
+    router = make_router("bird", md5_password="s3cret-key")
+    peer = router_peer(topology)
+    async with running(topology, tmp_path, (peer,), passwords={peer.name: key}) as rt:
+        assert key not in repr(rt.rendering)
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        if up:
+            await in_thread(router.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)
+            await wait_for(
+                lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP, what="up"
+            )
+        else:
+            # A wrong key keeps the session down silently while commands answer done.
+            assert await rt.driver.wait_converged(20)
+            await asyncio.sleep(3)
+            assert rt.driver.peer_status()[peer.name].state is not SessionState.UP
+            assert not await in_thread(router.rib, 4)
+            assert all(s != "Established" for s in (await in_thread(router.neighbors)).values())
+        assert oct(rt.config_path.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_ten_thousand_routes(topology: Topology, tmp_path: Path, bird_router: Router) -> None:
+    prefixes = [f"10.99.{i // 250}.{i % 250 + 1}/32" for i in range(10_000)]
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", prefixes))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 10_000, 60)
+        assert rt.driver.stats.commands_sent["announce"] == 100
+        rt.driver.apply({})
+        await in_thread(bird_router.wait_rib, lambda r: not r, 60)
+
+
+async def test_helper_killed_no_route_lost(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)
+        connections = rt.driver.stats.helper_connections
+        (helper,) = exabgp_children(rt)
+        os.kill(helper, signal.SIGKILL)
+        exabgp_pid = rt.supervisor.pid
+        await wait_for(
+            lambda: rt.driver.stats.helper_connections > connections, what="helper reconnect"
+        )
+        # The route stays at the peer and new routes still flow through the new helper.
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        rib = await in_thread(bird_router.wait_rib, lambda r: net("10.99.100.2/32") in r, 20)
+        assert net("10.99.100.1/32") in rib
+        assert rt.supervisor.pid == exabgp_pid
+        assert rt.supervisor.restarts == 0
+
+
+async def watch_rib(router: Router, stop: asyncio.Event, family: int = 4) -> list[int]:
+    """Sizes of the router's RIB, sampled until stop is set (to prove nothing was lost)."""
+    sizes: list[int] = []
+    while not stop.is_set():
+        sizes.append(len(await in_thread(router.rib, family)))
+        await asyncio.sleep(0.01)
+    return sizes
+
+
+@pytest.mark.parametrize(
+    "graceful", [pytest.param(False, id="no-gr"), pytest.param(True, id="graceful-restart")]
+)
+async def test_exabgp_killed_routes_back(
+    topology: Topology, tmp_path: Path, make_router: Callable[..., Router], graceful: bool
+) -> None:
+    router = make_router("bird", graceful_restart=graceful)
+    peer = router_peer(topology, enable_graceful_restart=graceful)
+    prefixes = [f"10.99.100.{i}/32" for i in range(1, 51)]
+    async with running(topology, tmp_path, (peer,)) as rt:
+        rt.driver.apply(routes("tor", prefixes))
+        await in_thread(router.wait_rib, lambda r: len(r) == 50, 20)
+        if graceful:
+            await wait_for(lambda: rt.driver.stats.commands_sent["eor"] >= 1, what="first EOR")
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(watch_rib(router, stop))
+        await asyncio.sleep(0.1)
+        old = rt.supervisor.pid
+        assert old is not None
+        os.kill(old, signal.SIGKILL)
+        await wait_for(lambda: rt.supervisor.pid not in (None, old), what="restart")
+        await wait_for(
+            lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP, 30, "session up"
+        )
+        await in_thread(router.wait_rib, lambda r: len(r) == 50, 30)
+        if graceful:
+            await wait_for(
+                lambda: rt.driver.stats.commands_sent["eor"] >= 2, what="EOR after replay"
+            )
+            await asyncio.sleep(0.5)
+        stop.set()
+        sizes = await watcher
+        assert rt.supervisor.restarts == 1
+        if graceful:
+            assert min(sizes) == 50, sizes
+        else:
+            assert min(sizes) == 0, "without graceful restart the router drops the routes"
+        assert sizes[-1] == 50
+
+
+async def test_peer_restarted_routes_back(
+    topology: Topology, tmp_path: Path, gobgp_router: Router
+) -> None:
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 20)
+        sent = sum(rt.driver.stats.commands_sent.values())
+        await in_thread(gobgp_router.restart)
+        await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 30)
+        assert sum(rt.driver.stats.commands_sent.values()) == sent, "ExaBGP re-sent by itself"
+
+
+async def test_graceful_stop_routes_gone_before_exit(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    prefixes = [f"10.99.100.{i}/32" for i in range(1, 201)]
+    async with running(
+        topology, tmp_path, (router_peer(topology, enable_graceful_restart=True),)
+    ) as rt:
+        rt.driver.apply(routes("tor", prefixes))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 200, 20)
+        pid = rt.supervisor.pid
+        assert await rt.stop(withdraw=True, within=10)
+        assert rt.supervisor.pid is None
+        assert pid is not None
+        assert not process_alive(pid)
+        # Right after the stop returned: the peer has nothing, not even stale routes.
+        assert await in_thread(bird_router.rib, 4) == {}
+
+
+async def test_ack_timeout_restarts_and_replays(
+    topology: Topology, tmp_path: Path, gobgp_router: Router
+) -> None:
+    async with running(topology, tmp_path, (router_peer(topology),), ack_timeout=1.0) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 1, 20)
+        old = rt.supervisor.pid
+        assert old is not None
+        os.kill(old, signal.SIGSTOP)  # hung: no ack will come
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        await wait_for(lambda: rt.driver.stats.ack_timeouts == 1, 10, "ack timeout")
+        await wait_for(lambda: rt.supervisor.pid not in (None, old), 10, "restart")
+        await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 30)
