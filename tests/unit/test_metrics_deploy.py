@@ -93,22 +93,18 @@ def _alert_exprs() -> list[tuple[str, str]]:
     return [(r["alert"], r["expr"]) for g in doc["groups"] for r in g["rules"]]
 
 
-@pytest.mark.parametrize(("title", "expr"), _targets(), ids=[t for t, _ in _targets()])
-def test_dashboard_queries_only_exported_metrics(
-    title: str, expr: str, exported: frozenset[str]
-) -> None:
-    used = promql_metric_names(expr)
-    assert used, f"{title}: selects no metric"
-    assert used <= exported, f"{title}: unknown {sorted(used - exported)}"
+_QUERIES = [(f"dashboard: {t}", e) for t, e in _targets()] + [
+    (f"alert: {a}", e) for a, e in _alert_exprs()
+]
 
 
-@pytest.mark.parametrize(("alert", "expr"), _alert_exprs(), ids=[a for a, _ in _alert_exprs()])
-def test_alert_rules_query_only_exported_metrics(
-    alert: str, expr: str, exported: frozenset[str]
+@pytest.mark.parametrize(("where", "expr"), _QUERIES, ids=[w for w, _ in _QUERIES])
+def test_dashboard_and_alerts_query_only_exported_metrics(
+    where: str, expr: str, exported: frozenset[str]
 ) -> None:
     used = promql_metric_names(expr)
-    assert used, f"{alert}: selects no metric"
-    assert used <= exported, f"{alert}: unknown {sorted(used - exported)}"
+    assert used, f"{where}: selects no metric"
+    assert used <= exported, f"{where}: unknown {sorted(used - exported)}"
 
 
 def test_alerts_carry_summary_description_and_severity() -> None:
