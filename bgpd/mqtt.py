@@ -12,6 +12,9 @@ Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.m
 * ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
 * ``<topic_prefix>/<node>/status``: ``online`` (retained) once connected; the broker
   publishes ``offline`` (our Last Will) if the connection dies.
+* ``<topic_prefix>/<node>/sync``: a non-retained probe the publisher sends to itself on
+  every connect to find the end of the broker's retained messages, so it can clear the
+  ones an earlier run of this speaker left behind. Subscribers ignore it.
 
 A slow or absent broker must never delay BGP: `publish()` is synchronous and O(1) (a
 bounded deque; when full the oldest event is dropped and counted), and the only task
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import logging
 import random
@@ -157,12 +161,14 @@ class MQTTPublisher:
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
         timeout: float = 5.0,
+        stale_scan: float = 5.0,
     ) -> None:
         self.config = config
         self.node = node
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.timeout = timeout
+        self.stale_scan = stale_scan
         self._queue: collections.deque[SpeakerEvent] = collections.deque(maxlen=max_queue)
         #: topic -> retained payload: the state a (re)connect publishes; "online" is part
         #: of it, so every (re)connect overwrites the "offline" of our last will.
@@ -254,6 +260,7 @@ class MQTTPublisher:
                     attempt = 0
                     log(_logger, logging.INFO, "mqtt.connected", host=self.config.host)
                     self._resync = True
+                    await self._clear_stale(client)
                     await self._pump(client)
             except aiomqtt.MqttError as exc:
                 log(
@@ -268,6 +275,38 @@ class MQTTPublisher:
             delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
             attempt += 1
             await asyncio.sleep(delay)
+
+    async def _clear_stale(self, client: aiomqtt.Client) -> None:
+        """Clear retained messages under this node that an earlier run of the speaker left
+        (routes it no longer announces, peers no longer configured): without this, a
+        restarted speaker's retained set would not be "the current state".
+
+        The broker sends retained messages right after the SUBACK, then forwards what is
+        published later in order; a probe published to our own ``sync`` topic therefore
+        arrives after every retained message, which ends the scan without a guessed
+        delay (``stale_scan`` bounds it if a broker reorders). Our own later messages
+        arrive without the retain flag, so only the retained ones are judged.
+        """
+        base = f"{self.config.topic_prefix}/{self.node}"
+        filters = (f"{base}/routes/#", f"{base}/peers/#", f"{base}/sync")
+        probe = f"{self.node}-{random.getrandbits(64):016x}".encode()
+        for f in filters:
+            await client.subscribe(f, qos=1)
+        await client.publish(f"{base}/sync", probe, qos=1)
+        cleared = 0
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.stale_scan):
+                async for msg in client.messages:
+                    topic = str(msg.topic)
+                    if topic == f"{base}/sync" and msg.payload == probe:
+                        break
+                    if msg.retain and msg.payload and topic not in self._retained:
+                        await self._send(client, Message(topic, b"", True))
+                        cleared += 1
+        for f in filters:
+            await client.unsubscribe(f)
+        if cleared:
+            log(_logger, logging.INFO, "mqtt.stale_cleared", topics=cleared)
 
     async def _pump(self, client: aiomqtt.Client) -> None:
         while True:
