@@ -45,9 +45,12 @@ from k8s_watcher.informer import (
     NAMESPACES,
     NODES,
     SERVICES,
+    Handler,
     Informer,
     InformerGroup,
+    InformerObserver,
     InformerTiming,
+    Kind,
 )
 
 logger = logging.getLogger(__name__)
@@ -73,6 +76,7 @@ class KubernetesSource:
         nodes: bool = True,
         namespaces: bool = False,
         timing: InformerTiming | None = None,
+        observer: InformerObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._clock = clock
@@ -88,28 +92,23 @@ class KubernetesSource:
         self._first_change: float | None = None
         self._last_state = (False, True)
 
-        self.services: Informer[Service] = Informer(
-            client, SERVICES, self._on_service, timing=timing, on_state=self._on_state
+        self.group = InformerGroup()
+
+        def add(kind: Kind[Any], handler: Handler[Any]) -> Informer[Any]:
+            informer: Informer[Any] = Informer(
+                client, kind, handler, timing=timing, on_state=self._on_state, observer=observer
+            )
+            self.group.informers.append(informer)
+            return informer
+
+        self.services: Informer[Service] = add(SERVICES, self._on_service)
+        self.endpoint_slices: Informer[EndpointSlice] | None = (
+            add(ENDPOINT_SLICES, self._on_slice) if endpoint_slices else None
         )
-        self.group = InformerGroup([self.services])
-        self.endpoint_slices: Informer[EndpointSlice] | None = None
-        self.nodes: Informer[Node] | None = None
-        self.namespaces: Informer[Namespace] | None = None
-        if endpoint_slices:
-            self.endpoint_slices = Informer(
-                client, ENDPOINT_SLICES, self._on_slice, timing=timing, on_state=self._on_state
-            )
-            self.group.informers.append(self.endpoint_slices)
-        if nodes:
-            self.nodes = Informer(
-                client, NODES, self._on_node, timing=timing, on_state=self._on_state
-            )
-            self.group.informers.append(self.nodes)
-        if namespaces:
-            self.namespaces = Informer(
-                client, NAMESPACES, self._on_namespace, timing=timing, on_state=self._on_state
-            )
-            self.group.informers.append(self.namespaces)
+        self.nodes: Informer[Node] | None = add(NODES, self._on_node) if nodes else None
+        self.namespaces: Informer[Namespace] | None = (
+            add(NAMESPACES, self._on_namespace) if namespaces else None
+        )
 
     # ------------------------------------------------------------------ SnapshotSource
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from bgpd.logs import log
 from bgpd.model import EndpointSlice, Namespace, Node, Service
@@ -132,6 +132,14 @@ class InformerStats:
 Handler = Callable[[str, T | None, T | None], None]
 
 
+class InformerObserver(Protocol):
+    """Receives counts for metrics (bgpd.metrics.WatchMetrics has this shape)."""
+
+    def watch_event(self, kind: str, event_type: str) -> None: ...
+
+    def relist(self, kind: str) -> None: ...
+
+
 def object_key(obj: Mapping[str, Any]) -> str | None:
     """ "namespace/name" or "name" from an API object's metadata; None if it has no name."""
     meta = obj.get("metadata")
@@ -165,6 +173,7 @@ class Informer(Generic[T]):
         *,
         timing: InformerTiming | None = None,
         on_state: Callable[[], None] | None = None,
+        observer: InformerObserver | None = None,
         rng: random.Random | None = None,
     ) -> None:
         self._client = client
@@ -172,6 +181,7 @@ class Informer(Generic[T]):
         self._handler = handler
         self._timing = timing or InformerTiming()
         self._on_state = on_state
+        self._observer = observer
         # Jitter only spreads reconnects; it needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
         self._cache: dict[str, T] = {}
@@ -301,6 +311,8 @@ class Informer(Generic[T]):
         if list_rv is None:
             raise MalformedResponse(f"list {kind.resource}: no resourceVersion")
         self.stats.lists += 1
+        if self._observer is not None:
+            self._observer.relist(kind.name)
         self._replace(fresh)
         self.resource_version = list_rv
         self._attempt = 0
@@ -408,6 +420,8 @@ class Informer(Generic[T]):
         if not isinstance(obj, Mapping) or etype not in ("ADDED", "MODIFIED", "DELETED"):
             raise MalformedResponse(f"watch {self.kind.resource}: unexpected event {etype!r}")
         self.stats.events += 1
+        if self._observer is not None:
+            self._observer.watch_event(self.kind.name, etype)
         key = object_key(obj)
         if key is None:
             self.stats.invalid_objects += 1

@@ -1,0 +1,144 @@
+"""`kube-bgpd controller --config FILE [--kubeconfig PATH]`: the leader-elected IP allocator.
+
+Parses flags, loads the config, and runs bgpd.controller.run_controller until SIGTERM or
+SIGINT; a signal stops the allocator, releases the Lease (so a standby takes over at
+once) and exits 0. Exit 1: the config is invalid or there are no credentials (neither
+fixes itself, so no retry). The leader-election flags are shared with
+`kube-bgpd speaker --with-controller` through `add_leader_flags` and `options_from_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bgpd.controller import ControllerOptions
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+
+
+def add_leader_flags(parser: argparse.ArgumentParser) -> None:
+    """Flags of the Lease-based leader election (client-go's defaults)."""
+    group = parser.add_argument_group("leader election")
+    group.add_argument(
+        "--lease-namespace",
+        default=None,
+        metavar="NS",
+        help="namespace of the Lease (default: $POD_NAMESPACE, the service account's, "
+        "else default)",
+    )
+    group.add_argument(
+        "--lease-name", default="kube-bgpd-controller", metavar="NAME", help="Lease name"
+    )
+    group.add_argument(
+        "--lease-duration",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how long standbys wait after the leader's last renewal (default 15)",
+    )
+    group.add_argument(
+        "--renew-deadline",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="the leader steps down if it cannot renew for this long (default 10)",
+    )
+    group.add_argument(
+        "--retry-period",
+        type=float,
+        default=2.0,
+        metavar="SECONDS",
+        help="interval of renewals and acquisition attempts (default 2)",
+    )
+    group.add_argument(
+        "--identity",
+        default=None,
+        metavar="ID",
+        help="this candidate's holderIdentity (default: hostname_random)",
+    )
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_leader_flags(parser)
+
+
+def options_from_args(args: argparse.Namespace) -> ControllerOptions:
+    """ControllerOptions from the flags of add_leader_flags; ValueError if inconsistent."""
+    from bgpd.controller import ControllerOptions, default_identity
+    from k8s_watcher.client import default_namespace
+    from k8s_watcher.leader import LeaderTiming
+
+    return ControllerOptions(
+        lease_namespace=args.lease_namespace or default_namespace(),
+        identity=args.identity or default_identity(),
+        lease_name=args.lease_name,
+        leader=LeaderTiming(
+            lease_duration=args.lease_duration,
+            renew_deadline=args.renew_deadline,
+            retry_period=args.retry_period,
+        ),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from bgpd.config import ConfigError, load_config_or_raise
+    from bgpd.logs import setup_logging
+
+    setup_logging(args.log_format or "text")
+    if not args.config:
+        print("kube-bgpd controller: --config FILE is required", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        config, warnings = load_config_or_raise(args.config)
+    except ConfigError as exc:
+        print(f"kube-bgpd controller: invalid config:\n{exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.log_format is None:
+        setup_logging(str(config.speaker.log_format))
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        print(f"kube-bgpd controller: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return asyncio.run(_main(args, config, options))
+
+
+async def _main(args: argparse.Namespace, config: object, options: ControllerOptions) -> int:
+    import asyncio
+    import signal
+
+    from bgpd.controller import run_controller
+    from bgpd.model import Config
+    from k8s_watcher.client import KubeClient
+    from k8s_watcher.errors import CredentialsError
+
+    assert isinstance(config, Config)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        client = await KubeClient.connect(args.kubeconfig)
+    except CredentialsError as exc:
+        print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    async with client:
+        work = asyncio.create_task(run_controller(config, client, options), name="controller")
+        stopper = asyncio.create_task(stop.wait(), name="controller-signal")
+        done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if work in done:
+            stopper.cancel()
+            print(f"kube-bgpd controller: stopped: {work.exception()!r}", file=sys.stderr)
+            return EXIT_FAILED
+        # Graceful stop: cancel the term (releases the Lease) and wait for the cleanup.
+        work.cancel()
+        await asyncio.wait({work})
+    return EXIT_OK
