@@ -59,6 +59,7 @@ from bgpd.model import (
 )
 
 __all__ = [
+    "SPEC_FIELDS",
     "ConfigError",
     "ConfigIssue",
     "LoadResult",
@@ -706,7 +707,7 @@ def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out:
         doc,
         "spec",
         spec,
-        ("addresses", "autoAssign", "avoidBuggyIPs", "serviceAllocation"),
+        _POOL_FIELDS,
     )
     if f is None:
         return
@@ -1094,7 +1095,7 @@ def _opt_str_list(doc: _Doc, path: str, value: object) -> list[str] | None:
 
 
 def _parse_community(doc: _Doc, spec: object, name: str) -> Community | None:
-    f = _fields(doc, "spec", {} if spec is None else spec, ("communities",))
+    f = _fields(doc, "spec", {} if spec is None else spec, _COMMUNITY_FIELDS)
     if f is None:
         return None
     aliases: dict[str, str] = {}
@@ -1137,20 +1138,7 @@ def _parse_community(doc: _Doc, spec: object, name: str) -> Community | None:
 
 
 def _parse_bfd_profile(doc: _Doc, spec: object, name: str) -> BFDProfile | None:
-    f = _fields(
-        doc,
-        "spec",
-        {} if spec is None else spec,
-        (
-            "receiveInterval",
-            "transmitInterval",
-            "detectMultiplier",
-            "echoInterval",
-            "echoMode",
-            "passiveMode",
-            "minimumTtl",
-        ),
-    )
+    f = _fields(doc, "spec", {} if spec is None else spec, _BFD_FIELDS)
     if f is None:
         return None
     before = doc.errors
@@ -1324,6 +1312,30 @@ def _mqtt(doc: _Doc, path: str, value: object) -> MQTTConfig | None:
 
 
 # --------------------------------------------------------------------------- documents
+
+_POOL_FIELDS: Final = ("addresses", "autoAssign", "avoidBuggyIPs", "serviceAllocation")
+_COMMUNITY_FIELDS: Final = ("communities",)
+_BFD_FIELDS: Final = (
+    "receiveInterval",
+    "transmitInterval",
+    "detectMultiplier",
+    "echoInterval",
+    "echoMode",
+    "passiveMode",
+    "minimumTtl",
+)
+
+#: (apiVersion, kind) -> the spec fields the loader accepts; config/schema.json must agree
+#: (a unit test checks it).
+SPEC_FIELDS: Final[Mapping[tuple[str, str], tuple[str, ...]]] = {
+    (METALLB_V1BETA1, "IPAddressPool"): _POOL_FIELDS,
+    (METALLB_V1BETA2, "BGPPeer"): _PEER_V1BETA2_FIELDS,
+    (METALLB_V1BETA1, "BGPPeer"): _PEER_V1BETA1_FIELDS,
+    (METALLB_V1BETA1, "BGPAdvertisement"): _ADV_FIELDS,
+    (METALLB_V1BETA1, "Community"): _COMMUNITY_FIELDS,
+    (METALLB_V1BETA1, "BFDProfile"): _BFD_FIELDS,
+    (KUBE_BGPD_V1ALPHA1, "SpeakerConfig"): _SPEAKER_FIELDS,
+}
 
 #: kind -> accepted apiVersions.
 _KINDS: Final[dict[str, tuple[str, ...]]] = {
