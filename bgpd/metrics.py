@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from bgpd import __version__
@@ -132,6 +134,11 @@ class SpeakerView(Protocol):
         """Per watched kind, whether its first list completed (decisions wait for all)."""
         ...
 
+    def cluster_stale(self) -> bool:
+        """The cluster source lost its watch (or its file is bad): decisions are paused
+        and the last applied routes stay."""
+        ...
+
 
 class MQTTView(Protocol):
     """What the MQTT publisher exposes; the counters are its own, kept where they change."""
@@ -167,6 +174,7 @@ class StaticSpeakerView:
     loaded: bool = False
     stale: bool = False
     kinds_synced: Mapping[str, bool] = field(default_factory=dict)
+    source_stale: bool = False
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         return self.peers
@@ -197,6 +205,61 @@ class StaticSpeakerView:
 
     def synced(self) -> Mapping[str, bool]:
         return self.kinds_synced
+
+    def cluster_stale(self) -> bool:
+        return self.source_stale
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeakerProbes:
+    """A `SpeakerView` made of plain callables: how the composition root hands the live
+    driver, supervisor, reconciler and source to the collector without this module
+    importing any of them (each callable is read at scrape time)."""
+
+    peers: Callable[[], Mapping[PeerName, PeerStatus]]
+    routes: Callable[[], DesiredRoutes]
+    decision: Callable[[], Decision | None]
+    snapshot: Callable[[], ClusterSnapshot | None]
+    running: Callable[[], bool]
+    restarts: Callable[[], int]
+    commands: Callable[[], Mapping[str, int]]
+    loaded: Callable[[], bool]
+    stale: Callable[[], bool]
+    kinds_synced: Callable[[], Mapping[str, bool]]
+    source_stale: Callable[[], bool]
+
+    def peer_status(self) -> Mapping[PeerName, PeerStatus]:
+        return self.peers()
+
+    def acknowledged(self) -> DesiredRoutes:
+        return self.routes()
+
+    def last_decision(self) -> Decision | None:
+        return self.decision()
+
+    def last_snapshot(self) -> ClusterSnapshot | None:
+        return self.snapshot()
+
+    def exabgp_running(self) -> bool:
+        return self.running()
+
+    def exabgp_restarts(self) -> int:
+        return self.restarts()
+
+    def commands_sent(self) -> Mapping[str, int]:
+        return self.commands()
+
+    def config_loaded(self) -> bool:
+        return self.loaded()
+
+    def config_stale(self) -> bool:
+        return self.stale()
+
+    def synced(self) -> Mapping[str, bool]:
+        return self.kinds_synced()
+
+    def cluster_stale(self) -> bool:
+        return self.source_stale()
 
 
 PoolUsage = Mapping[PoolName, tuple[int, int]]
@@ -270,6 +333,7 @@ class SpeakerCollector(Collector):
             loaded,
             stale,
             synced,
+            cluster_stale,
         ) = fams
         view = self._view
         info.add_metric([self._node, __version__], 1)
@@ -303,6 +367,7 @@ class SpeakerCollector(Collector):
         stale.add_metric([], 1 if view.config_stale() else 0)
         for kind, ok in sorted(view.synced().items()):
             synced.add_metric([kind], 1 if ok else 0)
+        cluster_stale.add_metric([], 1 if view.cluster_stale() else 0)
         yield from fams
 
     @staticmethod
@@ -357,6 +422,10 @@ class SpeakerCollector(Collector):
                 "cache_synced",
                 "1 once the first list of the watched kind completed.",
                 ["kind"],
+            ),
+            _gauge(
+                "cluster_stale",
+                "1 while the cluster source is stale (watch lost): decisions are paused.",
             ),
         )
 
@@ -530,3 +599,15 @@ def metric_names(registry: CollectorRegistry) -> frozenset[str]:
 def skipped_counts(decision: Decision) -> Mapping[SkipReason, int]:
     """Distinct Services skipped per reason: what kube_bgpd_services_skipped exports."""
     return _Counts(r for r, _ in {(s.reason, s.service) for s in decision.skipped})
+
+
+def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
+    """``GET /metrics`` for the speaker's (or controller's) aiohttp listener, in the
+    format the scraper asks for (OpenMetrics or Prometheus text)."""
+
+    async def handler(request: web.Request) -> web.Response:
+        encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+        body = encoder(registry)
+        return web.Response(body=body, headers={"Content-Type": content_type})
+
+    return [web.get("/metrics", handler)]

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
 from bgpd.metrics import (
@@ -15,8 +17,10 @@ from bgpd.metrics import (
     ConvergencePhase,
     MQTTCollector,
     SpeakerMetrics,
+    SpeakerProbes,
     StaticSpeakerView,
     metric_names,
+    metrics_routes,
     serving_services,
     skipped_counts,
 )
@@ -222,6 +226,7 @@ def test_daemon_state_gauges_and_counters() -> None:
         loaded=True,
         stale=True,
         kinds_synced={"Service": True, "EndpointSlice": False},
+        source_stale=True,
     )
     reg, _ = _registry(view)
     assert _value(reg, "kube_bgpd_exabgp_running") == 1.0
@@ -232,6 +237,7 @@ def test_daemon_state_gauges_and_counters() -> None:
     assert _value(reg, "kube_bgpd_config_stale") == 1.0
     assert _value(reg, "kube_bgpd_cache_synced", kind="Service") == 1.0
     assert _value(reg, "kube_bgpd_cache_synced", kind="EndpointSlice") == 0.0
+    assert _value(reg, "kube_bgpd_cluster_stale") == 1.0
     assert _value(reg, "kube_bgpd_speaker_info", node=NODE, version=_version()) == 1.0
 
 
@@ -328,3 +334,53 @@ def test_static_view_is_frozen() -> None:
     view = StaticSpeakerView()
     with pytest.raises(dataclasses.FrozenInstanceError):
         view.running = True  # type: ignore[misc]
+
+
+def test_probes_are_read_at_scrape_time() -> None:
+    """The composition root hands callables; each scrape sees the state of that moment."""
+    sessions: dict[PeerName, PeerStatus] = {}
+    restarts = [0]
+    probes = SpeakerProbes(
+        peers=lambda: sessions,
+        routes=dict,
+        decision=lambda: None,
+        snapshot=lambda: None,
+        running=lambda: True,
+        restarts=lambda: restarts[0],
+        commands=dict,
+        loaded=lambda: True,
+        stale=lambda: False,
+        kinds_synced=lambda: {"Service": True},
+        source_stale=lambda: False,
+    )
+    reg, _ = _registry(probes)
+    assert _value(reg, "kube_bgpd_bgp_session_up", peer=R1) is None
+    sessions[R1] = PeerStatus(R1, ipaddress.ip_address("172.31.250.1"), SessionState.UP)
+    restarts[0] = 3
+    assert _value(reg, "kube_bgpd_bgp_session_up", peer=R1) == 1.0
+    assert _value(reg, "kube_bgpd_exabgp_restarts_total") == 3.0
+
+
+@pytest.mark.parametrize(
+    ("accept", "content_type", "needle"),
+    [
+        pytest.param("", "text/plain; version=0.0.4", b"kube_bgpd_exabgp_running 1.0", id="text"),
+        pytest.param(
+            "application/openmetrics-text; version=1.0.0",
+            "application/openmetrics-text",
+            b"# EOF",
+            id="openmetrics",
+        ),
+    ],
+)
+async def test_metrics_route_serves_the_registry(
+    accept: str, content_type: str, needle: bytes
+) -> None:
+    reg, _ = _registry(StaticSpeakerView(running=True))
+    app = web.Application()
+    app.add_routes(metrics_routes(reg))
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/metrics", headers={"Accept": accept} if accept else {})
+        assert resp.status == 200
+        assert resp.headers["Content-Type"].startswith(content_type)
+        assert needle in await resp.read()
