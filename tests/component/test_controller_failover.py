@@ -1,0 +1,144 @@
+"""Leader failover between two real `kube-bgpd controller` processes.
+
+Both processes campaign for the same Lease in the API simulator (in-process, loopback).
+The leader is killed with SIGKILL, so it can neither release the Lease nor finish a
+write; the standby must notice the Lease expire and take over within seconds, keep every
+existing assignment, allocate what arrived meanwhile, and never hand out an IP twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from k8s_kit import lb_service, simulator, wait_until
+
+from bgpd.apisim import ApiSimulator
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(90)]
+
+LEASE_SECONDS = 2.0
+CONFIG = """
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: pool}
+spec:
+  addresses: [10.99.3.0/28]
+"""
+
+
+def kube_bgpd() -> str:
+    return str(Path(sys.executable).with_name("kube-bgpd"))
+
+
+def holder(sim: ApiSimulator) -> str | None:
+    obj = sim.store.get("leases", "kube-bgpd-controller", "default")
+    return None if obj is None else obj["spec"].get("holderIdentity")
+
+
+def all_ingress(sim: ApiSimulator) -> dict[str, list[str]]:
+    out = {}
+    for obj in sim.store.list("services"):
+        if obj["spec"].get("type") != "LoadBalancer":
+            continue
+        entries = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+        out[obj["metadata"]["name"]] = [e["ip"] for e in entries]
+    return out
+
+
+@contextlib.asynccontextmanager
+async def controller_process(
+    identity: str, config: Path, kubeconfig: Path, log: Path
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            kube_bgpd(),
+            "controller",
+            "--config",
+            str(config),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--lease-namespace",
+            "default",
+            "--identity",
+            identity,
+            "--lease-duration",
+            str(LEASE_SECONDS),
+            "--renew-deadline",
+            "1.5",
+            "--retry-period",
+            "0.25",
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "HOME": str(log.parent)},
+        )
+        try:
+            yield proc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+
+async def test_standby_takes_over_after_sigkill_without_double_allocation(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        for i in range(4):
+            sim.store.create(lb_service(f"svc{i}"))
+        async with contextlib.AsyncExitStack() as stack:
+            one = await stack.enter_async_context(
+                controller_process("one", config, kubeconfig, tmp_path / "one.log")
+            )
+            await wait_until(lambda: holder(sim) == "one", within=20, what="one leads")
+            two = await stack.enter_async_context(
+                controller_process("two", config, kubeconfig, tmp_path / "two.log")
+            )
+            await wait_until(
+                lambda: all(all_ingress(sim).values()), within=20, what="first allocations"
+            )
+            before = all_ingress(sim)
+            # Let two come up (a cold Python start can take seconds on a busy machine)
+            # and watch the Lease being renewed for a few retry periods.
+            two_log = tmp_path / "two.log"
+            await wait_until(
+                lambda: "controller.starting" in two_log.read_text(), within=30, what="two up"
+            )
+            await asyncio.sleep(1.0)
+            assert holder(sim) == "one"
+            assert two.returncode is None
+
+            one.send_signal(signal.SIGKILL)
+            await one.wait()
+            killed_at = time.monotonic()
+            # Work that arrives while nobody leads.
+            for i in range(4, 7):
+                sim.store.create(lb_service(f"svc{i}"))
+            await wait_until(lambda: holder(sim) == "two", within=20, what="two takes over")
+            takeover = time.monotonic() - killed_at
+            await wait_until(
+                lambda: all(all_ingress(sim).values()), within=20, what="new allocations"
+            )
+            after = all_ingress(sim)
+
+            # Graceful stop of the new leader releases the Lease.
+            two.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(two.wait(), 20) == 0
+            assert holder(sim) is None
+
+    assert takeover < LEASE_SECONDS + 3.0, f"takeover took {takeover:.1f} s"
+    assert {k: after[k] for k in before} == before, "existing assignments kept"
+    ips = [ip for ips in after.values() for ip in ips]
+    assert len(ips) == len(set(ips)) == 7, f"double allocation: {after}"
+    lease = sim.store.get("leases", "kube-bgpd-controller", "default")
+    assert lease is not None
+    assert lease["spec"]["leaseTransitions"] >= 1
