@@ -1,0 +1,911 @@
+"""Real routers (FRR, BIRD 2, GoBGP) run inside a lab namespace, and how to read them.
+
+Role: start a real router as the peer of the nodes' ExaBGP, and read back what it learnt:
+its BGP RIB (prefix -> paths with next hop and attributes), its kernel FIB (the next hops
+the router would really forward to) and its session states. Tests and the lab assert on
+these; nothing here announces routes.
+
+ExaBGP only connects out, so every router here listens: by default it accepts dynamic
+neighbours from the node LAN (``RouterConfig.neighbor_ranges``), optionally static
+neighbours per node address (``static_neighbors``). Nodes may share one ASN; iBGP
+(``peer_asn == asn``) and eBGP both work; ``peer_asn=None`` accepts any external ASN
+(not for GoBGP, whose dynamic neighbours need one).
+
+Public interface::
+
+    RouterConfig(asn=64512, router_id=172.31.250.1, peer_asn=64513, listen=(...),
+                 neighbor_ranges=(172.31.250.0/24, fd00:99:250::/64), static_neighbors=(),
+                 md5_password=None, graceful_restart=False, restart_time=120,
+                 hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False)
+    RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
+    Router: start() stop() restart() rib(family=4) fib(prefix) neighbors()
+            wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
+            wait_established(count, timeout) log_tail()
+    FRRRouter, BirdRouter, GoBGPRouter(netns, config, workdir)
+    make_router(kind, netns, workdir, **config) with kind in ROUTER_KINDS
+
+Facts used (shared/docs/lab-notes.md, measured here): FRR daemons run by hand in the netns
+with their own paths and ``chown frr``; eBGP needs ``no bgp ebgp-requires-policy``,
+``maximum-paths 8`` and ``bgp bestpath as-path multipath-relax``; FRR needs ~60 ms to
+program the FIB, BIRD ~3 ms (hence the short poll interval); GoBGP cannot program the
+kernel, so it is RIB only (``fib`` raises).
+
+What it must not do: stop any process but its own (by PID); talk to anything outside
+its namespace.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bgpd.lab.netns import Netns, NetnsError
+from bgpd.lab.topology import NODE_LAN4, NODE_LAN6
+from bgpd.model import IPAddress, IPNetwork
+
+T = TypeVar("T")
+
+Rib = dict[IPNetwork, list["RibPath"]]
+
+#: Lab router defaults: a private ASN for the ToR and one shared ASN for the nodes (eBGP).
+ROUTER_ASN = 64512
+NODE_ASN = 64513
+_ROUTER4 = ipaddress.IPv4Address("172.31.250.1")
+_ROUTER6 = ipaddress.IPv6Address("fd00:99:250::1")
+
+
+class RouterError(RuntimeError):
+    """A router did not start, or a query or wait failed; carries the last seen state."""
+
+
+@dataclass(frozen=True, slots=True)
+class RibPath:
+    """One path to a prefix in a router's BGP RIB, in the router-neutral form tests use.
+
+    Communities are ``"a:b"`` strings, large communities ``"a:b:c"``, both sorted.
+    """
+
+    next_hop: IPAddress
+    communities: tuple[str, ...] = ()
+    large_communities: tuple[str, ...] = ()
+    local_pref: int | None = None
+    med: int | None = None
+    as_path: tuple[int, ...] = ()
+    #: Kept by graceful restart after the peer went away (FRR and GoBGP report it;
+    #: BIRD's text output does not, so it is always False there).
+    stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouterConfig:
+    """How the lab router is configured; every router kind reads the same fields."""
+
+    asn: int = ROUTER_ASN
+    router_id: ipaddress.IPv4Address = _ROUTER4
+    #: The nodes' ASN; equal to ``asn`` for iBGP; None = any external ASN (FRR, BIRD).
+    peer_asn: int | None = NODE_ASN
+    neighbor_ranges: tuple[IPNetwork, ...] = (NODE_LAN4, NODE_LAN6)
+    static_neighbors: tuple[IPAddress, ...] = ()
+    md5_password: str | None = None
+    #: Router-side graceful restart: keep a restarting peer's routes as stale.
+    graceful_restart: bool = False
+    restart_time: int = 120
+    hold_time: int = 9
+    keepalive_time: int = 3
+    ebgp_multihop: int | None = None
+    ttl_security: bool = False
+    #: Local addresses for the BGP sessions (BIRD needs them per template).
+    local_address4: ipaddress.IPv4Address = _ROUTER4
+    local_address6: ipaddress.IPv6Address = _ROUTER6
+    #: GoBGP's gRPC API port (inside the namespace, so no clash between labs).
+    api_port: int = 50051
+
+    @property
+    def ibgp(self) -> bool:
+        return self.peer_asn == self.asn
+
+
+def _poll(
+    read: Callable[[], T],
+    done: Callable[[T], bool],
+    *,
+    timeout: float,
+    interval: float,
+    what: str,
+) -> T:
+    """Call ``read`` until ``done`` holds; on timeout raise with the last value seen."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    error: Exception | None = None
+    while True:
+        try:
+            last = read()
+            error = None
+            if done(last):
+                return last
+        except (RouterError, NetnsError, subprocess.TimeoutExpired) as exc:
+            error = exc
+        if time.monotonic() >= deadline:
+            raise RouterError(
+                f"timeout after {timeout} s waiting for {what}; last seen: {last!r}"
+                + (f"; last error: {error}" if error else "")
+            )
+        time.sleep(interval)
+
+
+def _log_tail(directory: Path, lines: int) -> str:
+    out = []
+    for path in sorted(directory.glob("*.log")):
+        text = path.read_text(errors="replace").splitlines()[-lines:]
+        out.append(f"--- {path.name}\n" + "\n".join(text))
+    return "\n".join(out)
+
+
+def _net(text: str) -> IPNetwork:
+    return ipaddress.ip_network(text, strict=False)
+
+
+class Router(ABC):
+    """A real router process in ``netns``; its files (config, logs, sockets) in ``workdir``."""
+
+    kind: str = ""
+    #: How often wait_* poll; each read is one CLI call (a few ms).
+    poll_interval: float = 0.01
+    programs_kernel: bool = True
+
+    def __init__(self, netns: Netns, config: RouterConfig, workdir: Path) -> None:
+        self.netns = netns
+        self.config = config
+        self.workdir = Path(workdir)
+        self._pids: list[int] = []
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    @abstractmethod
+    def _write_config(self) -> None: ...
+
+    @abstractmethod
+    def _spawn(self) -> None:
+        """Start the daemon(s) and wait until they answer queries."""
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._write_config()
+        try:
+            self._spawn()
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for pid in reversed(self._pids):
+            self.netns.stop(pid, timeout=3.0)
+        self._pids.clear()
+
+    def restart(self) -> None:
+        self.stop()
+        self._spawn()
+
+    @property
+    def running(self) -> bool:
+        return bool(self._pids)
+
+    def _popen_logged(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
+        log = (self.workdir / log_name).open("ab")
+        try:
+            proc = self.netns.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        self._pids.append(proc.pid)
+        return proc
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The end of every log file in the work directory (for failure messages)."""
+        return _log_tail(self.workdir, lines)
+
+    def close(self) -> None:
+        """Stop, and remove anything kept outside ``workdir``."""
+        self.stop()
+
+    def _wait_ready(self, probe: Callable[[], object], what: str, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                probe()
+                return
+            except (RouterError, NetnsError, subprocess.TimeoutExpired) as exc:
+                if time.monotonic() >= deadline:
+                    raise RouterError(
+                        f"{self.kind}: {what} not ready: {exc}\n{self.log_tail()}"
+                    ) from exc
+            time.sleep(0.02)
+
+    # -- reading state -------------------------------------------------------------
+
+    @abstractmethod
+    def rib(self, family: int = 4) -> Rib:
+        """Every prefix in the BGP RIB of that family with all its paths."""
+
+    @abstractmethod
+    def neighbors(self) -> dict[IPAddress, str]:
+        """Session state per neighbour address (``Established``, ``Active``, ...)."""
+
+    def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
+        """Next hops of the kernel route for exactly ``prefix`` in the router namespace.
+
+        An ECMP route is one route with N nexthops; an absent route gives an empty set.
+        """
+        net = _net(str(prefix))
+        fam = "-6" if net.version == 6 else "-4"
+        proc = self.netns.ip("-j", fam, "route", "show", "exact", str(net))
+        routes: list[dict[str, Any]] = json.loads(proc.stdout or "[]")
+        hops: set[IPAddress] = set()
+        for route in routes:
+            for hop in route.get("nexthops", [route]):
+                if "gateway" in hop:
+                    hops.add(ipaddress.ip_address(hop["gateway"]))
+        return hops
+
+    def wait_rib(
+        self,
+        predicate: Callable[[Rib], bool],
+        timeout: float = 10,
+        *,
+        family: int = 4,
+    ) -> Rib:
+        """Poll the RIB until ``predicate(rib)``; returns that RIB."""
+        return _poll(
+            lambda: self.rib(family),
+            predicate,
+            timeout=timeout,
+            interval=self.poll_interval,
+            what=f"{self.kind} RIB (IPv{family}) condition",
+        )
+
+    def wait_route(
+        self,
+        prefix: str | IPNetwork,
+        next_hops: set[IPAddress] | None = None,
+        timeout: float = 10,
+    ) -> list[RibPath]:
+        """Poll until ``prefix`` is in the RIB (with exactly these next hops, if given)."""
+        net = _net(str(prefix))
+
+        def ok(rib: Rib) -> bool:
+            paths = rib.get(net, [])
+            if next_hops is None:
+                return bool(paths)
+            return {p.next_hop for p in paths} == next_hops
+
+        return self.wait_rib(ok, timeout, family=net.version)[net]
+
+    def wait_fib(
+        self,
+        prefix: str | IPNetwork | IPAddress,
+        expected_nexthops: set[IPAddress] | set[str],
+        timeout: float = 10,
+    ) -> set[IPAddress]:
+        """Poll the kernel FIB until the route's next hops are exactly the expected set.
+
+        An empty expected set waits for the route to be gone.
+        """
+        want = {ipaddress.ip_address(str(h)) for h in expected_nexthops}
+        return _poll(
+            lambda: self.fib(prefix),
+            lambda hops: hops == want,
+            timeout=timeout,
+            interval=self.poll_interval,
+            what=f"{self.kind} FIB for {prefix} == {sorted(map(str, want))}",
+        )
+
+    def wait_established(self, count: int = 1, timeout: float = 15) -> dict[IPAddress, str]:
+        """Poll until at least ``count`` sessions are Established."""
+        return _poll(
+            self.neighbors,
+            lambda n: sum(s == "Established" for s in n.values()) >= count,
+            timeout=timeout,
+            interval=max(self.poll_interval, 0.02),
+            what=f"{count} established {self.kind} session(s)",
+        )
+
+
+# --------------------------------------------------------------------------- FRR
+
+
+class FRRRouter(Router):
+    """FRR 8.x: zebra + bgpd (+ bfdd) started by hand inside the namespace.
+
+    Each daemon gets its own pid file, zserv socket and vty socket in ``workdir``, which
+    is chowned to ``frr`` because FRR drops privileges and root is not in ``frrvty``.
+    Daemons run in the foreground so their PIDs are our Popen children.
+    """
+
+    kind = "frr"
+    poll_interval = 0.01
+
+    def __init__(
+        self, netns: Netns, config: RouterConfig, workdir: Path, *, bfd: bool = False
+    ) -> None:
+        super().__init__(netns, config, workdir)
+        self.bfd = bfd
+        # FRR drops to user frr, which cannot enter a root-only test directory (pytest's
+        # tmp_path is mode 700): its sockets, pid files, config and logs live in a
+        # directory of its own under /tmp, linked from workdir and removed by close().
+        self.rundir = Path(tempfile.mkdtemp(prefix="kube-bgpd-frr-"))
+        link = self.workdir / "frr"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(self.rundir)
+
+    def close(self) -> None:
+        super().close()
+        shutil.rmtree(self.rundir, ignore_errors=True)
+
+    def log_tail(self, lines: int = 30) -> str:
+        return super().log_tail(lines) + "\n" + _log_tail(self.rundir, lines)
+
+    def _daemon_argv(self, name: str) -> list[str]:
+        d = self.rundir
+        argv = [
+            f"/usr/lib/frr/{name}",
+            "-i",
+            str(d / f"{name}.pid"),
+            "-z",
+            str(d / "zserv.api"),
+            "--vty_socket",
+            str(d),
+            "-f",
+            str(d / f"{name}.conf"),
+            "-P",
+            "0",
+            "--log",
+            f"file:{d / (name + '.log')}",
+        ]
+        if name == "bfdd":
+            argv += ["--bfdctl", str(d / "bfdd.sock")]
+        return argv
+
+    def _write_config(self) -> None:
+        d = self.rundir
+        (d / "zebra.conf").write_text("hostname lab-router\nzebra work-queue 1\n")
+        (d / "bfdd.conf").write_text("hostname lab-router\n")
+        (d / "bgpd.conf").write_text(self.render_bgpd())
+        (d / "vtysh.conf").write_text("")
+        shutil.chown(d, "frr", "frr")
+        for path in d.iterdir():
+            shutil.chown(path, "frr", "frr")
+
+    def render_bgpd(self) -> str:
+        """bgpd.conf: one peer group per address family, listening on the node ranges."""
+        c = self.config
+        remote = "external" if c.peer_asn is None else str(c.peer_asn)
+        lines = [
+            "hostname lab-router",
+            "log timestamp precision 3",
+            f"router bgp {c.asn}",
+            f" bgp router-id {c.router_id}",
+            " no bgp ebgp-requires-policy",
+            " no bgp default ipv4-unicast",
+            " no bgp network import-check",
+            " bgp bestpath as-path multipath-relax",
+        ]
+        if c.graceful_restart:
+            lines += [
+                " bgp graceful-restart",
+                f" bgp graceful-restart restart-time {c.restart_time}",
+            ]
+        groups: dict[int, str] = {}
+        for fam in (4, 6):
+            ranges = [r for r in c.neighbor_ranges if r.version == fam]
+            statics = [a for a in c.static_neighbors if a.version == fam]
+            if not ranges and not statics:
+                continue
+            g = f"NODES{fam}"
+            groups[fam] = g
+            lines += [f" neighbor {g} peer-group", f" neighbor {g} remote-as {remote}"]
+            lines.append(f" neighbor {g} timers {c.keepalive_time} {c.hold_time}")
+            if c.md5_password is not None:
+                lines.append(f" neighbor {g} password {c.md5_password}")
+            if c.ebgp_multihop is not None:
+                lines.append(f" neighbor {g} ebgp-multihop {c.ebgp_multihop}")
+            if c.ttl_security:
+                lines.append(f" neighbor {g} ttl-security hops 1")
+            lines += [f" bgp listen range {r} peer-group {g}" for r in ranges]
+            lines += [f" neighbor {a} peer-group {g}" for a in statics]
+        lines.append(" bgp listen limit 200")
+        for fam, g in groups.items():
+            afi = "ipv4" if fam == 4 else "ipv6"
+            lines += [
+                f" address-family {afi} unicast",
+                f"  neighbor {g} activate",
+                "  maximum-paths 8",
+                "  maximum-paths ibgp 8",
+                " exit-address-family",
+            ]
+        return "\n".join(lines) + "\n"
+
+    def _spawn(self) -> None:
+        d = self.rundir
+        for stale in ("zserv.api", "zebra.vty", "bgpd.vty", "bfdd.vty", "bfdd.sock"):
+            (d / stale).unlink(missing_ok=True)
+        self._popen_logged(self._daemon_argv("zebra"), "zebra.stdout.log")
+        # bgpd connects to zebra's socket; starting it first only costs a retry, but
+        # waiting keeps the first FIB install prompt.
+        self._wait_ready(lambda: self._require(d / "zserv.api"), "zebra")
+        self._popen_logged(self._daemon_argv("bgpd"), "bgpd.stdout.log")
+        if self.bfd:
+            self._popen_logged(self._daemon_argv("bfdd"), "bfdd.stdout.log")
+        self._wait_ready(lambda: self.vtysh("show bgp summary json"), "bgpd")
+
+    @staticmethod
+    def _require(path: Path) -> None:
+        if not path.exists():
+            raise RouterError(f"{path} missing")
+
+    def vtysh(self, command: str) -> str:
+        proc = self.netns.run(
+            ["vtysh", "--vty_socket", str(self.rundir), "-c", command], check=False, timeout=10
+        )
+        if proc.returncode != 0:
+            raise RouterError(f"vtysh -c {command!r}: {proc.stderr.strip() or proc.stdout}")
+        return proc.stdout
+
+    def vtysh_json(self, command: str) -> Any:
+        text = self.vtysh(command)
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise RouterError(f"vtysh -c {command!r}: not JSON: {text[:300]!r}") from exc
+
+    def rib(self, family: int = 4) -> Rib:
+        afi = "ipv4" if family == 4 else "ipv6"
+        data = self.vtysh_json(f"show bgp {afi} unicast json detail")
+        out: Rib = {}
+        for prefix, entries in (data.get("routes") or {}).items():
+            # FRR 8.4 lists the prefix's own record first, then one record per path.
+            paths = [_frr_path(p) for p in entries if "nexthops" in p]
+            if paths:
+                out[_net(prefix)] = paths
+        return out
+
+    def neighbors(self) -> dict[IPAddress, str]:
+        data = self.vtysh_json("show bgp neighbors json")
+        out: dict[IPAddress, str] = {}
+        for addr, info in data.items():
+            try:
+                ip = ipaddress.ip_address(addr)
+            except ValueError:
+                continue  # peer-group entries
+            out[ip] = str(info.get("bgpState", "?"))
+        return out
+
+
+def _frr_path(p: Mapping[str, Any]) -> RibPath:
+    hops = p.get("nexthops") or []
+    nh = next((h["ip"] for h in hops if h.get("ip") and h.get("scope") != "link-local"), None)
+    if nh is None and hops:
+        nh = hops[0]["ip"]
+    aspath = p.get("aspath") or {}
+    as_text = aspath.get("string", "") if isinstance(aspath, dict) else str(aspath)
+    comm = (p.get("community") or {}).get("string", "")
+    large = (p.get("largeCommunity") or {}).get("string", "")
+    return RibPath(
+        next_hop=ipaddress.ip_address(nh or "0.0.0.0"),
+        communities=tuple(sorted(_frr_communities(comm))),
+        large_communities=tuple(sorted(large.split())),
+        local_pref=p.get("locPrf", p.get("localpref")),
+        med=p.get("metric", p.get("med")),
+        as_path=tuple(int(a) for a in as_text.split() if a.isdigit()),
+        stale=bool(p.get("stale", False)),
+    )
+
+
+#: FRR prints well-known communities by name; tests compare numbers.
+_FRR_WELL_KNOWN = {
+    "graceful-shutdown": "65535:0",
+    "accept-own": "65535:1",
+    "route-filter-translated-v4": "65535:2",
+    "route-filter-v4": "65535:3",
+    "route-filter-translated-v6": "65535:4",
+    "route-filter-v6": "65535:5",
+    "llgr-stale": "65535:6",
+    "no-llgr": "65535:7",
+    "accept-own-nexthop": "65535:8",
+    "blackhole": "65535:666",
+    "no-export": "65535:65281",
+    "no-advertise": "65535:65282",
+    "local-AS": "65535:65283",
+    "no-peer": "65535:65284",
+    "internet": "0:0",
+}
+
+
+def _frr_communities(text: str) -> list[str]:
+    return [_FRR_WELL_KNOWN.get(c, c) for c in text.split()]
+
+
+# --------------------------------------------------------------------------- BIRD
+
+
+class BirdRouter(Router):
+    """BIRD 2: one process, ``bird -f -c conf -s ctl``; RIB read by parsing ``birdc``.
+
+    The kernel protocol merges equal BGP paths into one ECMP route (``merge paths on
+    limit 8``); next hops on the LAN are used directly (``gateway direct``) so iBGP needs
+    no IGP table.
+    """
+
+    kind = "bird"
+    #: BIRD programs the FIB within ~3 ms: poll often.
+    poll_interval = 0.005
+
+    @property
+    def ctl(self) -> Path:
+        return self.workdir / "bird.ctl"
+
+    def render(self) -> str:
+        c = self.config
+        lines = [
+            f"router id {c.router_id};",
+            'log "' + str(self.workdir / "bird.log") + '" all;',
+            "protocol device { scan time 10; }",
+            "protocol kernel kernel4 { ipv4 { import none; export all; }; "
+            "merge paths on limit 8; }",
+            "protocol kernel kernel6 { ipv6 { import none; export all; }; "
+            "merge paths on limit 8; }",
+        ]
+        for fam in (4, 6):
+            local = c.local_address4 if fam == 4 else c.local_address6
+            chan = "ipv4" if fam == 4 else "ipv6"
+            common = [f"  local {local} as {c.asn};", f"  hold time {c.hold_time};"]
+            common.append(f"  keepalive time {c.keepalive_time};")
+            if c.md5_password is not None:
+                common.append(f'  password "{c.md5_password}";')
+            if c.graceful_restart:
+                common += ["  graceful restart on;", f"  graceful restart time {c.restart_time};"]
+            if c.ebgp_multihop is not None:
+                common.append(f"  multihop {c.ebgp_multihop};")
+            elif c.ibgp:
+                common.append("  direct;")  # BIRD treats iBGP as multihop unless told
+            if c.ttl_security:
+                common.append("  ttl security on;")
+            common.append(f"  {chan} {{ import all; export none; gateway direct; }};")
+            peer = "external" if c.peer_asn is None else f"as {c.peer_asn}"
+            if c.ibgp and c.peer_asn is not None:
+                peer = "internal"
+            for n, r in enumerate(x for x in c.neighbor_ranges if x.version == fam):
+                lines += [f"protocol bgp nodes{fam}_{n} {{", f"  neighbor range {r} {peer};"]
+                lines += [*common, f'  dynamic name "dyn{fam}_{n}_";', "}"]
+            for n, a in enumerate(x for x in c.static_neighbors if x.version == fam):
+                lines += [f"protocol bgp static{fam}_{n} {{", f"  neighbor {a} {peer};"]
+                lines += [*common, "  passive on;", "}"]
+        return "\n".join(lines) + "\n"
+
+    def _write_config(self) -> None:
+        (self.workdir / "bird.conf").write_text(self.render())
+
+    def _spawn(self) -> None:
+        self.ctl.unlink(missing_ok=True)
+        argv = ["bird", "-f", "-c", str(self.workdir / "bird.conf"), "-s", str(self.ctl)]
+        argv += ["-P", str(self.workdir / "bird.pid")]
+        self._popen_logged(argv, "bird.stdout.log")
+        self._wait_ready(lambda: self.birdc("show status"), "bird")
+
+    def birdc(self, command: str) -> str:
+        proc = self.netns.run(["birdc", "-s", str(self.ctl), command], check=False, timeout=10)
+        if proc.returncode != 0 or "Unable to connect" in proc.stdout:
+            raise RouterError(f"birdc {command!r}: {proc.stdout.strip()} {proc.stderr.strip()}")
+        return proc.stdout
+
+    def rib(self, family: int = 4) -> Rib:
+        table = "master4" if family == 4 else "master6"
+        return parse_bird_routes(self.birdc(f"show route all table {table}"))
+
+    def neighbors(self) -> dict[IPAddress, str]:
+        return parse_bird_protocols(self.birdc("show protocols all"))
+
+
+_BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
+_BIRD_PATH_CONT = re.compile(r"^\s+unicast\s")
+
+
+def parse_bird_routes(text: str) -> Rib:
+    """Parse ``birdc show route all``: one block per path, attributes as BGP.* lines."""
+    out: Rib = {}
+    current: IPNetwork | None = None
+    attrs: dict[str, str] | None = None
+
+    def flush() -> None:
+        if current is not None and attrs is not None and "BGP.next_hop" in attrs:
+            out.setdefault(current, []).append(_bird_path(attrs))
+
+    for line in text.splitlines():
+        m = _BIRD_ROUTE_START.match(line)
+        if m:
+            flush()
+            current = _net(m.group(1))
+            attrs = {}
+            continue
+        if _BIRD_PATH_CONT.match(line):
+            flush()
+            attrs = {}
+            continue
+        stripped = line.strip()
+        if attrs is not None and stripped.startswith("BGP.") and ":" in stripped:
+            key, _, value = stripped.partition(":")
+            attrs[key] = value.strip()
+    flush()
+    return out
+
+
+def _bird_path(attrs: Mapping[str, str]) -> RibPath:
+    comm = re.findall(r"\((\d+),\s*(\d+)\)", attrs.get("BGP.community", ""))
+    large = re.findall(r"\((\d+),\s*(\d+),\s*(\d+)\)", attrs.get("BGP.large_community", ""))
+    lp = attrs.get("BGP.local_pref")
+    med = attrs.get("BGP.med")
+    return RibPath(
+        next_hop=ipaddress.ip_address(attrs["BGP.next_hop"].split()[0]),
+        communities=tuple(sorted(f"{a}:{b}" for a, b in comm)),
+        large_communities=tuple(sorted(f"{a}:{b}:{c}" for a, b, c in large)),
+        local_pref=int(lp) if lp else None,
+        med=int(med) if med else None,
+        as_path=tuple(int(a) for a in attrs.get("BGP.as_path", "").split() if a.isdigit()),
+    )
+
+
+def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
+    """Neighbour address -> BGP state from ``birdc show protocols all``."""
+    out: dict[IPAddress, str] = {}
+    state: str | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if s.startswith("BGP state:"):
+            state = s.split(":", 1)[1].strip()
+        elif s.startswith("Neighbor address:") and state is not None:
+            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = state
+            state = None
+        elif line and not line[0].isspace():
+            state = None
+    return out
+
+
+# --------------------------------------------------------------------------- GoBGP
+
+
+class GoBGPRouter(Router):
+    """GoBGP 3.x as a RIB-only peer (it cannot program the kernel through FRR 8.4 zebra)."""
+
+    kind = "gobgp"
+    poll_interval = 0.005
+    programs_kernel = False
+
+    def render(self) -> str:
+        c = self.config
+        if c.peer_asn is None:
+            raise RouterError("gobgp needs a fixed peer_asn for dynamic neighbours")
+        lines = [
+            "[global.config]",
+            f"  as = {c.asn}",
+            f'  router-id = "{c.router_id}"',
+            "  port = 179",
+        ]
+        for fam in (4, 6):
+            afi = "ipv4-unicast" if fam == 4 else "ipv6-unicast"
+            lines += [
+                "[[peer-groups]]",
+                "  [peer-groups.config]",
+                f'    peer-group-name = "nodes{fam}"',
+                f"    peer-as = {c.peer_asn}",
+            ]
+            if c.md5_password is not None:
+                lines.append(f'    auth-password = "{c.md5_password}"')
+            lines += [
+                "  [peer-groups.timers.config]",
+                f"    hold-time = {c.hold_time}",
+                f"    keepalive-interval = {c.keepalive_time}",
+                "  [peer-groups.transport.config]",
+                "    passive-mode = true",
+            ]
+            if c.ebgp_multihop is not None:
+                lines += [
+                    "  [peer-groups.ebgp-multihop.config]",
+                    "    enabled = true",
+                    f"    multihop-ttl = {c.ebgp_multihop}",
+                ]
+            if c.graceful_restart:
+                lines += [
+                    "  [peer-groups.graceful-restart.config]",
+                    "    enabled = true",
+                    f"    restart-time = {c.restart_time}",
+                ]
+            lines += [
+                "  [[peer-groups.afi-safis]]",
+                "    [peer-groups.afi-safis.config]",
+                f'      afi-safi-name = "{afi}"',
+            ]
+            if c.graceful_restart:
+                lines += ["    [peer-groups.afi-safis.mp-graceful-restart.config]"]
+                lines += ["      enabled = true"]
+            for r in (x for x in c.neighbor_ranges if x.version == fam):
+                lines += [
+                    "[[dynamic-neighbors]]",
+                    "  [dynamic-neighbors.config]",
+                    f'    prefix = "{r}"',
+                    f'    peer-group = "nodes{fam}"',
+                ]
+            for a in (x for x in c.static_neighbors if x.version == fam):
+                lines += [
+                    "[[neighbors]]",
+                    "  [neighbors.config]",
+                    f'    neighbor-address = "{a}"',
+                    f'    peer-group = "nodes{fam}"',
+                ]
+        return "\n".join(lines) + "\n"
+
+    def _write_config(self) -> None:
+        (self.workdir / "gobgpd.toml").write_text(self.render())
+
+    def _spawn(self) -> None:
+        argv = [
+            "gobgpd",
+            "-f",
+            str(self.workdir / "gobgpd.toml"),
+            "--api-hosts",
+            f"127.0.0.1:{self.config.api_port}",
+            "--log-level",
+            "info",
+        ]
+        self._popen_logged(argv, "gobgpd.log")
+        self._wait_ready(lambda: self.gobgp("global"), "gobgpd")
+
+    def gobgp(self, *args: str) -> str:
+        proc = self.netns.run(
+            ["gobgp", "-u", "127.0.0.1", "-p", str(self.config.api_port), *args],
+            check=False,
+            timeout=10,
+        )
+        if proc.returncode != 0:
+            raise RouterError(f"gobgp {' '.join(args)}: {proc.stderr.strip() or proc.stdout}")
+        return proc.stdout
+
+    def rib(self, family: int = 4) -> Rib:
+        data = json.loads(self.gobgp("global", "rib", "-a", f"ipv{family}", "-j") or "{}")
+        out: Rib = {}
+        for prefix, paths in (data or {}).items():
+            out[_net(prefix)] = [_gobgp_path(p) for p in paths]
+        return out
+
+    def neighbors(self) -> dict[IPAddress, str]:
+        data = json.loads(self.gobgp("neighbor", "-j") or "[]")
+        out: dict[IPAddress, str] = {}
+        for peer in data or []:
+            addr = peer.get("conf", {}).get("neighbor_address") or peer.get("state", {}).get(
+                "neighbor_address"
+            )
+            if not addr:
+                continue
+            state = peer.get("state", {}).get("session_state", "?")
+            out[ipaddress.ip_address(addr)] = _GOBGP_STATES.get(state, str(state))
+        return out
+
+    def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
+        raise RouterError("gobgp is a RIB-only peer here: it does not program the kernel")
+
+
+#: GoBGP's session_state enum (numbers in JSON, names in some versions).
+_GOBGP_STATES: dict[Any, str] = {
+    0: "Unknown",
+    1: "Idle",
+    2: "Connect",
+    3: "Active",
+    4: "OpenSent",
+    5: "OpenConfirm",
+    6: "Established",
+    "idle": "Idle",
+    "connect": "Connect",
+    "active": "Active",
+    "opensent": "OpenSent",
+    "openconfirm": "OpenConfirm",
+    "established": "Established",
+}
+
+
+def _gobgp_path(p: Mapping[str, Any]) -> RibPath:
+    nh: str | None = None
+    comm: list[str] = []
+    large: list[str] = []
+    lp: int | None = None
+    med: int | None = None
+    as_path: list[int] = []
+    for a in p.get("attrs", []):
+        t = a.get("type")
+        if t == 3 or (t == 14 and nh is None):  # MP_REACH carries IPv6 next hops
+            nh = a.get("nexthop")
+        elif t == 5:
+            lp = a.get("value")
+        elif t == 4:
+            med = a.get("metric")
+        elif t == 8:
+            comm = [f"{c >> 16}:{c & 0xFFFF}" for c in a.get("communities", [])]
+        elif t == 32:
+            large = [f"{v['ASN']}:{v['LocalData1']}:{v['LocalData2']}" for v in a.get("value", [])]
+        elif t == 2:
+            for seg in a.get("as_paths", []):
+                as_path += seg.get("asns", [])
+    return RibPath(
+        next_hop=ipaddress.ip_address(nh or "0.0.0.0"),
+        communities=tuple(sorted(comm)),
+        large_communities=tuple(sorted(large)),
+        local_pref=lp,
+        med=med,
+        as_path=tuple(as_path),
+        stale=bool(p.get("stale", False)),
+    )
+
+
+# --------------------------------------------------------------------------- factory
+
+ROUTER_KINDS: dict[str, type[Router]] = {
+    "frr": FRRRouter,
+    "bird": BirdRouter,
+    "gobgp": GoBGPRouter,
+}
+
+
+def router_config(**opts: Any) -> RouterConfig:
+    """A RouterConfig with defaults, accepting strings for addresses and networks."""
+    conv: dict[str, Any] = {}
+    for key, value in opts.items():
+        if key == "neighbor_ranges":
+            value = tuple(_net(str(v)) for v in value)
+        elif key == "static_neighbors":
+            value = tuple(ipaddress.ip_address(str(v)) for v in value)
+        elif key in ("router_id", "local_address4"):
+            value = ipaddress.IPv4Address(str(value))
+        elif key == "local_address6":
+            value = ipaddress.IPv6Address(str(value))
+        conv[key] = value
+    return replace(RouterConfig(), **conv)
+
+
+def make_router(kind: str, netns: Netns, workdir: Path | str, **opts: Any) -> Router:
+    """Build (not start) a router of ``kind`` ("frr", "bird", "gobgp") with config ``opts``.
+
+    ``bfd=True`` is accepted for FRR only.
+    """
+    bfd = bool(opts.pop("bfd", False))
+    cfg = router_config(**opts)
+    workdir = Path(workdir)
+    if kind == "frr":
+        return FRRRouter(netns, cfg, workdir, bfd=bfd)
+    if bfd:
+        raise ValueError("bfd is only available with the frr router")
+    try:
+        cls = ROUTER_KINDS[kind]
+    except KeyError:
+        raise ValueError(f"unknown router kind {kind!r}; one of {sorted(ROUTER_KINDS)}") from None
+    return cls(netns, cfg, workdir)
+
+
+__all__ = [
+    "ROUTER_KINDS",
+    "BirdRouter",
+    "FRRRouter",
+    "GoBGPRouter",
+    "RibPath",
+    "Router",
+    "RouterConfig",
+    "RouterError",
+    "make_router",
+    "router_config",
+]
