@@ -20,7 +20,8 @@ Public interface::
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors()
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
-            wait_established(count, timeout) log_tail()
+            wait_established(count, timeout) wait_neighbors(predicate, timeout)
+            wait_route(prefix, next_hops=None, timeout) log_tail() close()
     FRRRouter, BirdRouter, GoBGPRouter(netns, config, workdir)
     make_router(kind, netns, workdir, **config) with kind in ROUTER_KINDS
 
@@ -109,6 +110,12 @@ class RouterConfig:
     local_address6: ipaddress.IPv6Address = _ROUTER6
     #: GoBGP's gRPC API port (inside the namespace, so no clash between labs).
     api_port: int = 50051
+
+    def __post_init__(self) -> None:
+        # The password is written into FRR's (one word) and BIRD's ("quoted") config text.
+        pw = self.md5_password
+        if pw is not None and (not pw or any(c.isspace() or c in '"\\' for c in pw)):
+            raise ValueError("lab routers take an MD5 password without spaces, quotes or \\")
 
     @property
     def ibgp(self) -> bool:
@@ -306,6 +313,18 @@ class Router(ABC):
             timeout=timeout,
             interval=self.poll_interval,
             what=f"{self.kind} FIB for {prefix} == {sorted(map(str, want))}",
+        )
+
+    def wait_neighbors(
+        self, predicate: Callable[[dict[IPAddress, str]], bool], timeout: float = 15
+    ) -> dict[IPAddress, str]:
+        """Poll :meth:`neighbors` until ``predicate`` holds (e.g. a session went down)."""
+        return _poll(
+            self.neighbors,
+            predicate,
+            timeout=timeout,
+            interval=max(self.poll_interval, 0.02),
+            what=f"{self.kind} sessions condition",
         )
 
     def wait_established(self, count: int = 1, timeout: float = 15) -> dict[IPAddress, str]:

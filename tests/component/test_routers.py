@@ -263,3 +263,30 @@ def test_router_restart_relearns(
 
 def test_fib_of_absent_prefix_is_empty(frr_router: Router) -> None:
     assert frr_router.fib(ipaddress.ip_network("10.99.100.99/32")) == set()
+
+
+@pytest.mark.parametrize("kind", KERNEL_ROUTERS)
+def test_graceful_restart_keeps_stale_route_after_exabgp_crash(
+    kind: str,
+    make_router: Callable[..., Router],
+    start_exabgp: Callable[..., Any],
+    topology: Topology,
+) -> None:
+    """With GR negotiated, a SIGKILLed ExaBGP's route stays in the FIB until it is back."""
+    router = make_router(kind, graceful_restart=True, restart_time=60)
+    gr = "  capability { graceful-restart 60; }\n"
+    node1 = {topology.node_address(1)}
+    exa = start_exabgp(1, extra=gr)
+    router.wait_fib(ROUTE, node1)
+    exa.proc.kill()
+    node = topology.node_address(1)
+    router.wait_neighbors(lambda n: n.get(node) != "Established", timeout=5)
+    deadline = time.monotonic() + 1.0  # without GR the route is gone within ~100 ms
+    while time.monotonic() < deadline:
+        assert router.fib(ROUTE) == node1
+        time.sleep(0.05)
+    if kind == "frr":
+        assert [p.stale for p in router.rib()[ipaddress.ip_network(ROUTE)]] == [True]
+    start_exabgp(1, extra=gr)
+    router.wait_established(1, timeout=20)
+    router.wait_fib(ROUTE, node1)
