@@ -611,3 +611,22 @@ def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     return [web.get("/metrics", handler)]
+
+
+async def start_metrics_listener(
+    registry: CollectorRegistry, host: str, port: int
+) -> tuple[web.AppRunner, int]:
+    """A listener with only ``/metrics`` and ``/healthz``, for the controller (the speaker
+    mounts `metrics_routes` on its status listener instead). Returns the runner (call
+    ``cleanup()`` to stop) and the bound port (useful when ``port`` is 0)."""
+
+    async def healthz(_request: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    app = web.Application()
+    app.add_routes([*metrics_routes(registry), web.get("/healthz", healthz)])
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    bound = int(runner.addresses[0][1])
+    return runner, bound

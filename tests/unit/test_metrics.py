@@ -7,6 +7,7 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
@@ -23,6 +24,7 @@ from bgpd.metrics import (
     metrics_routes,
     serving_services,
     skipped_counts,
+    start_metrics_listener,
 )
 from bgpd.model import (
     ClusterSnapshot,
@@ -384,3 +386,17 @@ async def test_metrics_route_serves_the_registry(
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith(content_type)
         assert needle in await resp.read()
+
+
+async def test_controller_listener_serves_metrics_and_health() -> None:
+    reg = CollectorRegistry()
+    ControllerMetrics(reg, lambda: {PoolName("default"): (16, 3)})
+    runner, port = await start_metrics_listener(reg, "127.0.0.1", 0)
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                assert b'kube_bgpd_pool_addresses_in_use{pool="default"} 3.0' in await resp.read()
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                assert resp.status == 200
+    finally:
+        await runner.cleanup()
