@@ -604,7 +604,9 @@ class _Parsed:
     names: dict[str, dict[str, _Doc]] = field(default_factory=dict)
     #: Peers that named a BFD profile: (profile, doc) for the cross-check.
     bfd_references: list[tuple[str, _Doc]] = field(default_factory=list)
-    #: Pool address strings as written, per pool name (for the aggregation rule).
+    #: Every alias name a Community object defines, also those with a bad value, so an
+    #: advertisement using one is not reported a second time.
+    alias_names: set[str] = field(default_factory=set)
     all_peers_parsed: bool = True
 
 
@@ -614,10 +616,9 @@ class _AdvertisementDraft:
 
     advertisement: BGPAdvertisement
     community_texts: tuple[str, ...]
-    local_pref_set: bool
 
 
-def _metadata(doc: _Doc, value: object, issues: _Issues) -> tuple[str | None, dict[str, str]]:
+def _metadata(doc: _Doc, value: object) -> tuple[str | None, dict[str, str]]:
     """Read metadata; returns (name or None, labels)."""
     f = _fields(doc, "metadata", value, _META_FIELDS, ignored=_META_IGNORED)
     if f is None:
@@ -650,7 +651,7 @@ def _metadata(doc: _Doc, value: object, issues: _Issues) -> tuple[str | None, di
     return name, labels
 
 
-def _ip_range(doc: _Doc, path: str, value: object) -> tuple[AddressRange, ...] | None:
+def _ip_range(doc: _Doc, path: str, value: object) -> AddressRange | None:
     """One IPAddressPool address: a CIDR, an `a-b` range, or (our extension) a single IP."""
     text = _str(doc, path, value)
     if text is None:
@@ -680,7 +681,7 @@ def _ip_range(doc: _Doc, path: str, value: object) -> tuple[AddressRange, ...] |
         if _zoned(first) or _zoned(last):
             doc.error(path, f"invalid IP range {text!r}: zoned IPv6 addresses are not supported")
             return None
-        return (AddressRange(first=first, last=last, text=text),)
+        return AddressRange(first=first, last=last, text=text)
     try:
         if "/" in t:
             net = ipaddress.ip_network(t, strict=False)
@@ -695,7 +696,7 @@ def _ip_range(doc: _Doc, path: str, value: object) -> tuple[AddressRange, ...] |
     if _zoned(net.network_address):
         doc.error(path, f"invalid CIDR {text!r}: zoned IPv6 addresses are not supported")
         return None
-    return (AddressRange(first=net.network_address, last=net.broadcast_address, text=text),)
+    return AddressRange(first=net.network_address, last=net.broadcast_address, text=text)
 
 
 def _zoned(ip: IPAddress) -> bool:
@@ -703,12 +704,7 @@ def _zoned(ip: IPAddress) -> bool:
 
 
 def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out: _Parsed) -> None:
-    f = _fields(
-        doc,
-        "spec",
-        spec,
-        _POOL_FIELDS,
-    )
+    f = _fields(doc, "spec", spec, _POOL_FIELDS)
     if f is None:
         return
     ranges: list[AddressRange] = []
@@ -721,7 +717,7 @@ def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out:
         for i, a in enumerate(addrs):
             got = _ip_range(doc, f"spec.addresses[{i}]", a)
             if got is not None:
-                ranges.extend(got)
+                ranges.append(got)
     auto_assign = True
     if "autoAssign" in f:
         auto_assign = _bool(doc, "spec.autoAssign", f["autoAssign"]) is not False
@@ -1060,12 +1056,9 @@ def _parse_advertisement(doc: _Doc, spec: object, name: str) -> _AdvertisementDr
         agg6 = _int(doc, "spec.aggregationLengthV6", f["aggregationLengthV6"], 1, 128) or 128
     communities = _opt_str_list(doc, "spec.communities", f.get("communities"))
     local_pref: int | None = None
-    local_pref_set = False
     if f.get("localPref") is not None:
-        lp = _int(doc, "spec.localPref", f["localPref"], 0, MAX_U32)
         # MetalLB's localPref is a plain uint32 where 0 means "not set" (omitempty).
-        local_pref = lp or None
-        local_pref_set = local_pref is not None
+        local_pref = _int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
     peers = _opt_str_list(doc, "spec.peers", f.get("peers"))
     node_sel = _selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
     if doc.errors != before:
@@ -1080,14 +1073,14 @@ def _parse_advertisement(doc: _Doc, spec: object, name: str) -> _AdvertisementDr
         peers=tuple(PeerName(p) for p in peers or ()),
         node_selectors=node_sel or (),
     )
-    return _AdvertisementDraft(adv, tuple(communities or ()), local_pref_set)
+    return _AdvertisementDraft(adv, tuple(communities or ()))
 
 
 def _opt_str_list(doc: _Doc, path: str, value: object) -> list[str] | None:
     return [] if value is None else _str_list(doc, path, value)
 
 
-def _parse_community(doc: _Doc, spec: object, name: str) -> Community | None:
+def _parse_community(doc: _Doc, spec: object, name: str, out: _Parsed) -> Community | None:
     f = _fields(doc, "spec", {} if spec is None else spec, _COMMUNITY_FIELDS)
     if f is None:
         return None
@@ -1113,6 +1106,8 @@ def _parse_community(doc: _Doc, spec: object, name: str) -> Community | None:
         if alias in (None, "") or value in (None, ""):
             continue
         alias_s = _str(doc, _join(path, "name"), alias)
+        if alias_s is not None:
+            out.alias_names.add(alias_s)
         value_s = _str(doc, _join(path, "value"), value)
         if alias_s is None or value_s is None:
             continue
@@ -1393,7 +1388,7 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
     top = _fields(doc, "", raw, ("apiVersion", "kind", "metadata", "spec"), ignored=("status",))
     if top is None:
         return
-    name, labels = _metadata(doc, top.get("metadata"), issues)
+    name, labels = _metadata(doc, top.get("metadata"))
     if name is None:
         return
     doc.name = name
@@ -1416,7 +1411,7 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
         if adv is not None:
             out.advertisements.append((adv, doc))
     elif kind == "Community":
-        if (c := _parse_community(doc, spec, name)) is not None:
+        if (c := _parse_community(doc, spec, name, out)) is not None:
             out.communities.append((c, doc))
     elif kind == "BFDProfile":
         if (b := _parse_bfd_profile(doc, spec, name)) is not None:
@@ -1490,7 +1485,7 @@ def _cross_check(out: _Parsed, issues: _Issues) -> Config:
     advertisements: list[BGPAdvertisement] = []
     adv_docs: list[_Doc] = []
     for draft, doc in out.advertisements:
-        adv = _resolve_advertisement(doc, draft, aliases)
+        adv = _resolve_advertisement(doc, draft, aliases, out.alias_names)
         for i, pool_name in enumerate(adv.ip_address_pools):
             if pool_name not in pool_names:
                 doc.error(f"spec.ipAddressPools[{i}]", f"no IPAddressPool named {pool_name!r}")
@@ -1535,13 +1530,15 @@ def _community_key(text: str) -> tuple[int, ...]:
 
 
 def _resolve_advertisement(
-    doc: _Doc, draft: _AdvertisementDraft, aliases: Mapping[str, str]
+    doc: _Doc, draft: _AdvertisementDraft, aliases: Mapping[str, str], broken: set[str]
 ) -> BGPAdvertisement:
     """MetalLB's getCommunityValue: an alias defined in a Community object wins; otherwise
     the text must be a community itself (we also accept the well-known names)."""
     standard: set[str] = set()
     large: set[str] = set()
     for i, text in enumerate(draft.community_texts):
+        if text in broken and text not in aliases:
+            continue  # its Community object already has the error
         value = aliases.get(text, text)
         try:
             kind, canonical = parse_community(value)
@@ -1799,7 +1796,7 @@ _Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
 
 def parse_text(text: str, source: str) -> LoadResult:
     """Parse the text of one YAML file (any number of documents)."""
-    return parse_documents(_documents(text, source, _Issues()))
+    return parse_documents(_documents(text, source))
 
 
 def _yaml_error(source: str, exc: yaml.YAMLError) -> ConfigIssue:
@@ -1818,18 +1815,26 @@ class _YamlFailure:
     issue: ConfigIssue
 
 
-def _documents(text: str, source: str, issues: _Issues) -> list[tuple[str, object]]:
+def _documents(text: str, source: str) -> list[tuple[str, object]]:
+    """The documents of one file, labelled "file" or "file:doc N". Documents before a YAML
+    error are kept, so their own errors are reported too."""
+    raw: list[object] = []
+    failure: _YamlFailure | None = None
     try:
-        raw = list(yaml.load_all(text, Loader=_Loader))  # _Loader is a SafeLoader
+        for doc in yaml.load_all(text, Loader=_Loader):  # _Loader is a SafeLoader
+            raw.append(doc)
     except yaml.YAMLError as exc:
-        return [(source, _YamlFailure(_yaml_error(source, exc)))]
+        failure = _YamlFailure(_yaml_error(source, exc))
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # SafeConstructor can still fail on odd scalars (e.g. a timestamp out of range).
-        return [(source, _YamlFailure(ConfigIssue(source, "", f"invalid YAML: {exc}")))]
-    del issues
-    if len(raw) <= 1:
-        return [(source, d) for d in raw]
-    return [(f"{source}:doc {i}", d) for i, d in enumerate(raw, start=1)]
+        failure = _YamlFailure(ConfigIssue(source, "", f"invalid YAML: {exc}"))
+    if len(raw) + (failure is not None) <= 1:
+        out = [(source, d) for d in raw]
+    else:
+        out = [(f"{source}:doc {i}", d) for i, d in enumerate(raw, start=1)]
+    if failure is not None:
+        out.append((source, failure))
+    return out
 
 
 def load_config(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
@@ -1845,7 +1850,7 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             docs.append((source, _YamlFailure(ConfigIssue(source, "", f"cannot read: {reason}"))))
             continue
-        docs.extend(_documents(text, source, _Issues()))
+        docs.extend(_documents(text, source))
     return parse_documents(docs)
 
 

@@ -500,7 +500,7 @@ BAD: list[Any] = [
         id="community-alias-twice",
     ),
     pytest.param(
-        [community("c1", gold="65000:70000")],
+        [community("c1", gold="65000:70000"), adv(communities=["gold"])],
         [
             "Community c1: spec.communities[0].value: '65000:70000': second half 70000 is out "
             "of range (0-65535)"

@@ -91,6 +91,18 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path, text: str, expected: str) 
     assert str(error).replace(str(tmp_path) + "/", "").startswith(expected)
 
 
+def test_documents_before_a_yaml_error_are_still_checked(tmp_path: Path) -> None:
+    text = ONE_TOR.replace("64500", "0").replace("metadata: {name: adv}", "metadata: {name: [")
+    path = write(tmp_path, "half.yaml", text)
+    result = load_config([path])
+    got = [str(e).replace(str(tmp_path) + "/", "") for e in result.errors]
+    assert (
+        got[0] == "half.yaml:doc 2: BGPPeer tor-a: spec.peerASN: must not be 0 (missing peer ASN)"
+    )
+    assert got[1].startswith("half.yaml: line 14, column 1: invalid YAML: while parsing a flow")
+    assert len(got) == 2
+
+
 def test_unreadable_and_missing_files_are_errors_with_their_place(tmp_path: Path) -> None:
     missing = tmp_path / "missing.yaml"
     latin1 = write(tmp_path, "latin1.yaml", b"kind: \xe9\n")
