@@ -1,1 +1,147 @@
-"""Placeholder: being written."""
+"""Rendering of decisions for people (a table) and for programs (the JSON contract of
+`kube-bgpd explain --output json`, documented in docs/cli.md).
+
+MetalLB computes why a Service is not announced but only logs it (metallb#1447,
+#1561); explain answers the question directly, per node: which prefix goes to which
+peer with which attributes, and the reason for every LoadBalancer Service that does
+not. The offline command and the live speaker render through these same functions, so
+their answers cannot drift apart.
+
+Pure: takes Decisions (from bgpd.decision.decide) and returns strings or JSON-ready
+values; no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from bgpd.decision import decide
+from bgpd.model import ClusterSnapshot, Config, Decision, NodeName, Route, ServiceKey, Skip
+
+JSONValue = str | int | None | list["JSONValue"] | dict[str, "JSONValue"]
+
+
+def explain(config: Config, snapshot: ClusterSnapshot, nodes: Iterable[NodeName]) -> list[Decision]:
+    """One decision per node, in the order given."""
+    return [decide(config, snapshot, n) for n in nodes]
+
+
+def route_entries(
+    decision: Decision, service: ServiceKey | None = None
+) -> list[tuple[ServiceKey, Route]]:
+    """(service, route) for every Service every route carries, in the decision's order
+    (peer, prefix), then by service; only `service`'s when given."""
+    return [
+        (key, r) for r in decision.routes for key in r.services if service is None or key == service
+    ]
+
+
+def skip_entries(decision: Decision, service: ServiceKey | None = None) -> list[Skip]:
+    return [s for s in decision.skipped if service is None or s.service == service]
+
+
+def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict[str, JSONValue]:
+    """The JSON object for one node.
+
+    A Route that carries several Services (an aggregate prefix, or Services sharing an
+    IP) gives one entry per Service with the same prefix, peer and attributes, so a
+    consumer can always group by "service". Skipped entries have "ip" only when the
+    reason concerns one IP of the Service and "detail" only when there is more to say
+    than the reason. With `service`, only that Service's entries are kept.
+    """
+    routes: list[JSONValue] = [
+        {
+            "service": key,
+            "prefix": str(r.prefix),
+            "peer": r.peer,
+            "communities": list(r.attributes.communities),
+            "largeCommunities": list(r.attributes.large_communities),
+            "localPref": r.attributes.local_pref,
+            "med": r.attributes.med,
+        }
+        for key, r in route_entries(decision, service)
+    ]
+    skipped: list[JSONValue] = []
+    for s in skip_entries(decision, service):
+        entry: dict[str, JSONValue] = {"service": s.service, "reason": s.reason.value}
+        if s.ip is not None:
+            entry["ip"] = str(s.ip)
+        if s.detail:
+            entry["detail"] = s.detail
+        skipped.append(entry)
+    return {"node": decision.node, "routes": routes, "skipped": skipped}
+
+
+def explain_json(
+    decisions: Sequence[Decision], service: ServiceKey | None = None, *, single: bool
+) -> JSONValue:
+    """`single`: the caller asked about exactly one node, so the answer is that node's
+    object; otherwise a list of node objects (also when the dump has only one node, so a
+    script's parsing does not depend on the cluster's size)."""
+    objects: list[JSONValue] = [decision_json(d, service) for d in decisions]
+    if single:
+        if len(objects) != 1:
+            raise ValueError(f"single=True needs exactly one decision, got {len(objects)}")
+        return objects[0]
+    return objects
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return [
+        (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
+        for r in (header, *rows)
+    ]
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _optional(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = None) -> str:
+    """A text table per node: routes (service, prefix, peer, attributes), then the
+    Services not announced with their reason. Large communities show as
+    `large:a:b:c`, as they are written in config, so they stand apart from standard ones."""
+    lines: list[str] = []
+    for d in decisions:
+        routes = route_entries(d, service)
+        skipped = skip_entries(d, service)
+        if lines:
+            lines.append("")
+        not_announced = "1 entry" if len(skipped) == 1 else f"{len(skipped)} entries"
+        lines.append(
+            f"node {d.node}: {_plural(len(routes), 'route')}, {not_announced} not announced"
+        )
+        if routes:
+            rows = [
+                [
+                    key,
+                    str(r.prefix),
+                    r.peer,
+                    ",".join(
+                        [
+                            *r.attributes.communities,
+                            *(f"large:{c}" for c in r.attributes.large_communities),
+                        ]
+                    )
+                    or "-",
+                    _optional(r.attributes.local_pref),
+                    _optional(r.attributes.med),
+                ]
+                for key, r in routes
+            ]
+            lines += _table(
+                ("SERVICE", "PREFIX", "PEER", "COMMUNITIES", "LOCAL-PREF", "MED"), rows, "  "
+            )
+        if skipped:
+            lines.append("  not announced:")
+            rows = [
+                [s.service, s.reason.value, "-" if s.ip is None else str(s.ip), s.detail]
+                for s in skipped
+            ]
+            lines += _table(("SERVICE", "REASON", "IP", "DETAIL"), rows, "  ")
+    return "\n".join(lines) + "\n" if lines else ""

@@ -1,0 +1,128 @@
+"""`kube-bgpd explain`: which routes each node announces to which peer, and why every
+other LoadBalancer Service is not announced, computed offline from config files and a
+cluster dump (`kubectl get services,endpointslices,nodes -A -o yaml` or `-o json`).
+
+Only reads files and prints; no cluster access, no ExaBGP. stdout carries the answer
+(the table, or the JSON contract in docs/cli.md); warnings and errors go to stderr so a
+script can pipe the JSON. Exit codes: 0 answered, 1 bad config or unreadable/invalid
+dump, 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TextIO
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster",
+        required=True,
+        metavar="DUMP",
+        help="cluster dump: kubectl get services,endpointslices,nodes -A -o yaml|json "
+        "('-' reads stdin)",
+    )
+    parser.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="node to explain (repeatable; default: every node in the dump)",
+    )
+    parser.add_argument(
+        "--output",
+        choices=("table", "json"),
+        default="table",
+        help="table for people (default) or json (a stable contract, see docs/cli.md)",
+    )
+    parser.add_argument(
+        "service",
+        nargs="?",
+        metavar="NAMESPACE/SERVICE",
+        help="only this Service's routes and reasons",
+    )
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    from bgpd.config import load_config
+    from bgpd.explain import explain, explain_json, explain_table
+    from bgpd.model import NodeName, ServiceKey
+    from bgpd.objects import DumpError, parse_cluster_dump
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    prog = "kube-bgpd explain"
+
+    service: ServiceKey | None = None
+    if args.service is not None:
+        parts = args.service.split("/")
+        if len(parts) != 2 or not all(parts):
+            print(f"{prog}: {args.service!r} is not NAMESPACE/SERVICE", file=err)
+            return EXIT_USAGE
+        service = ServiceKey(args.service)
+    if not args.config:
+        print(f"{prog}: no config file given (--config FILE)", file=err)
+        return EXIT_USAGE
+
+    result = load_config(args.config)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=err)
+    if result.config is None:
+        for error in result.errors:
+            print(f"error: {error}", file=err)
+        noun = "error" if len(result.errors) == 1 else "errors"
+        print(f"invalid: {len(result.errors)} {noun}", file=err)
+        return EXIT_INVALID
+
+    try:
+        snapshot = parse_cluster_dump(_read(args.cluster))
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"{prog}: cannot read {args.cluster}: {reason}", file=err)
+        return EXIT_INVALID
+    except DumpError as exc:
+        print(f"{prog}: {args.cluster}: {exc}", file=err)
+        return EXIT_INVALID
+
+    nodes = [NodeName(n) for n in dict.fromkeys(args.node)] or sorted(snapshot.nodes)
+    if not nodes:
+        print(f"{prog}: {args.cluster} holds no Node; name one with --node", file=err)
+        return EXIT_INVALID
+    # Not errors: the answer (nodeUnknown, or nothing for the Service) is still the
+    # speaker's answer, but a typo deserves a hint.
+    for n in nodes:
+        if n not in snapshot.nodes:
+            print(f"warning: node {n} is not in {args.cluster}", file=err)
+    if service is not None:
+        found = snapshot.services.get(service)
+        if found is None:
+            print(f"warning: Service {service} is not in {args.cluster}", file=err)
+        elif found.type != "LoadBalancer":
+            print(f"warning: Service {service} is of type {found.type}, not LoadBalancer", file=err)
+    if snapshot.services and not snapshot.endpoint_slices:
+        print(
+            f"warning: {args.cluster} holds no EndpointSlice; every Service will show "
+            "noEndpoints (dump with: kubectl get services,endpointslices,nodes -A -o yaml)",
+            file=err,
+        )
+
+    decisions = explain(result.config, snapshot, nodes)
+    if args.output == "json":
+        value = explain_json(decisions, service, single=len(args.node) == 1)
+        out.write(json.dumps(value, indent=2) + "\n")
+    else:
+        out.write(explain_table(decisions, service))
+    return EXIT_OK
