@@ -17,29 +17,37 @@ new list is complete and emits only real differences; a watch cut or an API outa
 the last known state and sets `stale` for status and metrics. Nothing here ever empties
 the cache because the API is unreachable.
 
-This module must not decide routes or write to the API.
+SpeakerSource adds what the speaker needs besides the snapshot: BGPPeer passwords from
+Secrets and the announcement Events. This module must not decide routes; its only
+writes are those Events, through k8s_watcher.writer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from bgpd.logs import log
 from bgpd.model import (
     ClusterSnapshot,
+    Config,
+    Decision,
     EndpointSlice,
     Namespace,
     Node,
     NodeName,
+    PeerName,
     Service,
     ServiceKey,
 )
-from k8s_watcher.client import KubeClient
+from k8s_watcher.client import KubeClient, default_namespace, object_path
+from k8s_watcher.errors import KubernetesError, NotFound, Outcome, RequestRejected
 from k8s_watcher.informer import (
     ENDPOINT_SLICES,
     NAMESPACES,
@@ -52,6 +60,7 @@ from k8s_watcher.informer import (
     InformerTiming,
     Kind,
 )
+from k8s_watcher.writer import AnnouncementEvents, EventRecorder
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +100,10 @@ class KubernetesSource:
         self._changed = asyncio.Event()
         self._first_change: float | None = None
         self._last_state = (False, True)
+        #: When the source last became stale (monotonic), None while fresh; and how many
+        #: stale episodes there were since the first sync (status, metrics, tests).
+        self.stale_since: float | None = clock()
+        self.stale_episodes = 0
 
         self.group = InformerGroup()
 
@@ -162,6 +175,12 @@ class KubernetesSource:
             for informer in self.group.informers:
                 tg.create_task(informer.run(), name=f"informer-{informer.kind.resource}")
 
+    def reload(self) -> None:
+        """SIGHUP: re-list every kind now. Only real differences come out of a re-list,
+        so this repairs drift without churn."""
+        for informer in self.group.informers:
+            informer.request_resync()
+
     # ------------------------------------------------------------------ handlers
 
     def _mark(self) -> None:
@@ -179,8 +198,14 @@ class KubernetesSource:
         state = (self.synced, self.stale)
         if state == self._last_state:
             return
-        was_synced = self._last_state[0]
+        was_synced, was_stale = self._last_state
         self._last_state = state
+        if state[1] and not was_stale:
+            self.stale_since = self._clock()
+            if state[0]:
+                self.stale_episodes += 1
+        elif not state[1]:
+            self.stale_since = None
         log(logger, logging.INFO, "source.state", synced=state[0], stale=state[1])
         if state[0] and not was_synced:
             self._snapshot = None
@@ -239,3 +264,160 @@ class KubernetesSource:
     def stats(self) -> dict[str, Any]:
         """Per-kind informer counters, for logs, metrics and tests."""
         return {i.kind.resource: i.stats for i in self.group.informers}
+
+
+# --------------------------------------------------------------------------- speaker
+
+
+def _decode_password(secret: Mapping[str, Any]) -> str | None:
+    """data.password of a kubernetes.io/basic-auth Secret (base64, as the API returns it)."""
+    data = secret.get("data")
+    if not isinstance(data, Mapping):
+        return None
+    raw = data.get("password")
+    if not isinstance(raw, str):
+        return None
+    try:
+        return base64.b64decode(raw, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+class SpeakerSource(KubernetesSource):
+    """The speaker's view of the cluster, plus the two other things it needs from the API:
+
+    * the BGP MD5 passwords of BGPPeers that name a `passwordSecret` (read at start, on
+      SIGHUP and when the config changes; not watched: they rarely change, and a change
+      needs an ExaBGP restart anyway, which a SIGHUP gives);
+    * Events on Services when this node starts or stops announcing them
+      (`observe_decision`, called by the speaker after each decision; never blocks).
+
+    `synced` also waits for the first attempt to read the secrets, so ExaBGP is never
+    rendered without a password that exists.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        config: Config,
+        node: NodeName,
+        owns_client: bool = False,
+        secret_namespace: str | None = None,
+        events: bool = True,
+        timing: InformerTiming | None = None,
+        observer: InformerObserver | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(client, timing=timing, observer=observer, clock=clock)
+        self._client = client
+        self._owns_client = owns_client
+        self._secret_namespace = secret_namespace
+        self._config = config
+        self._passwords: dict[PeerName, str] = {}
+        self._secrets_loaded = not self._secret_refs()
+        self._secrets_wanted = asyncio.Event()
+        self._secrets_wanted.set()
+        self._previous: Decision | None = None
+        self.recorder: EventRecorder | None = None
+        self.announcements: AnnouncementEvents | None = None
+        if events:
+            self.recorder = EventRecorder(client, component="kube-bgpd-speaker", host=node)
+            self.announcements = AnnouncementEvents(self.recorder, node)
+
+    @classmethod
+    def connect(
+        cls, kubeconfig: str | None, *, config: Config, node: NodeName, **kwargs: Any
+    ) -> SpeakerSource:
+        """A source whose client loads its credentials when `run()` starts (the speaker
+        builds its source synchronously); the client is closed when `run()` ends."""
+        return cls(
+            KubeClient.lazy(kubeconfig), config=config, node=node, owns_client=True, **kwargs
+        )
+
+    @property
+    def synced(self) -> bool:
+        return self._secrets_loaded and super().synced
+
+    def secret_passwords(self) -> Mapping[PeerName, str]:
+        """Peer -> password from its passwordSecret, for rendering ExaBGP's config."""
+        return MappingProxyType(dict(self._passwords))
+
+    def set_config(self, config: Config) -> None:
+        """A reloaded config may name other Secrets: read them again."""
+        self._config = config
+        self._secrets_wanted.set()
+
+    def reload(self) -> None:
+        super().reload()
+        self._secrets_wanted.set()
+
+    def observe_decision(self, decision: Decision) -> None:
+        """Record Events for Services this node started or stopped announcing."""
+        if self.announcements is not None:
+            services = self._snapshot.services if self._snapshot is not None else {}
+            self.announcements.observe(self._previous, decision, services)
+        self._previous = decision
+
+    async def run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(super().run(), name="speaker-informers")
+                tg.create_task(self._secrets_loop(), name="speaker-secrets")
+                if self.recorder is not None:
+                    tg.create_task(self.recorder.run(), name="speaker-events")
+        finally:
+            if self._owns_client:
+                await self._client.close()
+
+    def _secret_refs(self) -> dict[PeerName, tuple[str, str | None]]:
+        return {
+            p.name: (p.password_secret.name, p.password_secret.namespace)
+            for p in self._config.peers
+            if p.password_secret is not None and not p.password and p.password_file is None
+        }
+
+    async def _secrets_loop(self) -> None:
+        delay = 0.5
+        while True:
+            await self._secrets_wanted.wait()
+            self._secrets_wanted.clear()
+            try:
+                self._passwords = await self._read_secrets()
+            except KubernetesError as exc:
+                if exc.outcome != Outcome.RETRY:
+                    raise
+                log(logger, logging.WARNING, "secrets.retry", error=exc.message, delay=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+                self._secrets_wanted.set()
+                continue
+            delay = 0.5
+            if not self._secrets_loaded:
+                self._secrets_loaded = True
+                self._on_state()
+            else:
+                self._mark()
+
+    async def _read_secrets(self) -> dict[PeerName, str]:
+        out: dict[PeerName, str] = {}
+        default_ns = self._secret_namespace or default_namespace()
+        for peer, (name, namespace) in self._secret_refs().items():
+            ns = namespace or default_ns
+            try:
+                secret = await self._client.request(
+                    "GET",
+                    object_path("v1", "secrets", namespace=ns, name=name),
+                    what=f"get secret {ns}/{name}",
+                )
+            except (NotFound, RequestRejected) as exc:
+                # Missing or forbidden: the session comes up without MD5 and the router
+                # refuses it, which the peer status shows; say why here.
+                log(logger, logging.ERROR, "secrets.unreadable", peer=peer, error=exc.message)
+                continue
+            password = _decode_password(secret)
+            if password is None:
+                log(logger, logging.ERROR, "secrets.no_password", peer=peer, secret=f"{ns}/{name}")
+                continue
+            out[peer] = password
+        return out

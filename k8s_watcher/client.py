@@ -15,6 +15,7 @@ account. This module must not leak client types: callers get dicts and our error
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -146,21 +147,46 @@ class KubeClient:
     the loop that opened it.
     """
 
-    def __init__(self, configuration: Any) -> None:
+    def __init__(self, configuration: Any = None, *, kubeconfig: str | None = None) -> None:
+        """With a configuration, ready at once; without, credentials are loaded (from
+        `kubeconfig` or the default places) on the first request, so synchronous code can
+        build a client that async code connects."""
+        self._configuration = configuration
+        self._kubeconfig = kubeconfig
+        self._api: Any = None
+        self._lock = asyncio.Lock()
+        if configuration is not None:
+            self._api = self._make_api(configuration)
+
+    @staticmethod
+    def _make_api(configuration: Any) -> Any:
         from kubernetes.aio import client as kclient
 
-        self._configuration = configuration
-        self._api: Any = kclient.ApiClient(configuration)
-        self._api.user_agent = "kube-bgpd"
+        api = kclient.ApiClient(configuration)
+        api.user_agent = "kube-bgpd"
+        return api
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
         """Load credentials (see load_configuration) and build a client."""
         return cls(await load_configuration(kubeconfig))
 
+    @classmethod
+    def lazy(cls, kubeconfig: str | None = None) -> KubeClient:
+        """A client that loads its credentials on first use (CredentialsError then)."""
+        return cls(kubeconfig=kubeconfig)
+
+    async def _ensure(self) -> Any:
+        if self._api is None:
+            async with self._lock:
+                if self._api is None:
+                    self._configuration = await load_configuration(self._kubeconfig)
+                    self._api = self._make_api(self._configuration)
+        return self._api
+
     @property
     def host(self) -> str:
-        return str(self._configuration.host)
+        return "" if self._configuration is None else str(self._configuration.host)
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -174,7 +200,8 @@ class KubeClient:
         await self.close()
 
     async def close(self) -> None:
-        await self._api.close()
+        if self._api is not None:
+            await self._api.close()
 
     async def _send(
         self,
@@ -189,8 +216,9 @@ class KubeClient:
     ) -> aiohttp.ClientResponse:
         """Send a request; return the open response (the caller reads and releases it)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
+        api = await self._ensure()
         try:
-            params = await self._api.param_serialize(
+            params = await api.param_serialize(
                 method=method,
                 resource_path=path,
                 query_params=list(query) or None,
@@ -199,7 +227,7 @@ class KubeClient:
                 auth_settings=["BearerToken"],
             )
             method_, url, header_params, body_, post_params = params
-            rest = await self._api.call_api(
+            rest = await api.call_api(
                 method_,
                 url,
                 header_params=header_params,

@@ -189,6 +189,8 @@ class Informer(Generic[T]):
         self._synced = False
         self._connected = False
         self._attempt = 0
+        self._resync_requested = False
+        self._scope: asyncio.Timeout | None = None
         self.stats = InformerStats()
 
     # ------------------------------------------------------------------ state
@@ -220,6 +222,13 @@ class Informer(Generic[T]):
         if changed and self._on_state is not None:
             self._on_state()
 
+    def request_resync(self) -> None:
+        """List again soon (SIGHUP): ends the current watch at once; the re-list diffs
+        against the cache like any other, so nothing that did not change is re-emitted."""
+        self._resync_requested = True
+        if self._scope is not None and not self._scope.expired():
+            self._scope.reschedule(asyncio.get_running_loop().time())
+
     # ------------------------------------------------------------------ loop
 
     async def run(self) -> None:
@@ -228,9 +237,11 @@ class Informer(Generic[T]):
         resync_at = self._next_resync()
         while True:
             try:
-                if need_list or (resync_at is not None and time.monotonic() >= resync_at):
+                due = resync_at is not None and time.monotonic() >= resync_at
+                if need_list or due or self._resync_requested:
                     if not need_list:
                         self.stats.resyncs += 1
+                    self._resync_requested = False
                     await self._list()
                     need_list = False
                     resync_at = self._next_resync()
@@ -379,7 +390,7 @@ class Informer(Generic[T]):
             deadline = asyncio.get_running_loop().time() + max(0.0, resync_at - time.monotonic())
         try:
             async with (
-                asyncio.timeout_at(deadline),
+                asyncio.timeout_at(deadline) as scope,
                 self._client.stream_lines(
                     kind.path,
                     query=query,
@@ -387,15 +398,20 @@ class Informer(Generic[T]):
                     what=f"watch {kind.resource}",
                 ) as lines,
             ):
+                self._scope = scope
                 self.stats.watches += 1
                 self._attempt = 0
                 self._set_state(connected=True)
+                if self._resync_requested:
+                    return
                 async for line in lines:
                     self._apply_line(line)
         except TimeoutError:
             # Only our resync deadline raises a bare TimeoutError here: network
             # timeouts are ApiUnavailable by the time they leave the client.
             return
+        finally:
+            self._scope = None
 
     def _apply_line(self, line: bytes) -> None:
         line = line.strip()
