@@ -14,7 +14,13 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from prometheus_client import CollectorRegistry
+
     from bgpd.controller import ControllerOptions
+    from bgpd.model import Config
+    from k8s_watcher.client import KubeClient
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -105,33 +111,72 @@ def run(args: argparse.Namespace) -> int:
         setup_logging(str(config.speaker.log_format))
     try:
         options = options_from_args(args)
+        metrics = split_address(args.metrics_address) if args.metrics_address else None
     except ValueError as exc:
         print(f"kube-bgpd controller: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return asyncio.run(_main(args, config, options))
+    return asyncio.run(_main(args.kubeconfig, config, options, metrics))
 
 
-async def _main(args: argparse.Namespace, config: object, options: ControllerOptions) -> int:
+def split_address(text: str) -> tuple[str, int]:
+    """ "host:port" or "[v6]:port" -> (host, port); ValueError if malformed."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+async def _main(
+    kubeconfig: str | None,
+    config: Config,
+    options: ControllerOptions,
+    metrics: tuple[str, int] | None,
+) -> int:
     import asyncio
     import signal
 
-    from bgpd.controller import run_controller
-    from bgpd.model import Config
+    from prometheus_client import CollectorRegistry
+
+    from bgpd.metrics import start_metrics_listener
     from k8s_watcher.client import KubeClient
     from k8s_watcher.errors import CredentialsError
 
-    assert isinstance(config, Config)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        client = await KubeClient.connect(args.kubeconfig)
+        client = await KubeClient.connect(kubeconfig)
     except CredentialsError as exc:
         print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
+    registry = CollectorRegistry()
+    runner = None
+    if metrics is not None:
+        runner, _ = await start_metrics_listener(registry, *metrics)
+    try:
+        return await _supervise(client, config, options, registry, stop)
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+
+
+async def _supervise(
+    client: KubeClient,
+    config: Config,
+    options: ControllerOptions,
+    registry: CollectorRegistry,
+    stop: asyncio.Event,
+) -> int:
+    """Run the controller until it fails (exit 1) or `stop` is set (exit 0)."""
+    import asyncio
+
+    from bgpd.controller import run_controller
+
     async with client:
-        work = asyncio.create_task(run_controller(config, client, options), name="controller")
+        work = asyncio.create_task(
+            run_controller(config, client, options, registry=registry), name="controller"
+        )
         stopper = asyncio.create_task(stop.wait(), name="controller-signal")
         done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
         if work in done:

@@ -12,11 +12,13 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from k8s_kit import lb_service, simulator, wait_until
 
@@ -53,9 +55,24 @@ def all_ingress(sim: ApiSimulator) -> dict[str, list[str]]:
     return out
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def scrape(port: int) -> str:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/metrics") as response,
+    ):
+        assert response.status == 200
+        return await response.text()
+
+
 @contextlib.asynccontextmanager
 async def controller_process(
-    identity: str, config: Path, kubeconfig: Path, log: Path
+    identity: str, config: Path, kubeconfig: Path, log: Path, *extra: str
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
@@ -75,6 +92,7 @@ async def controller_process(
             "1.5",
             "--retry-period",
             "0.25",
+            *extra,
             stdout=out,
             stderr=out,
             env={**os.environ, "HOME": str(log.parent)},
@@ -100,8 +118,16 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
                 controller_process("one", config, kubeconfig, tmp_path / "one.log")
             )
             await wait_until(lambda: holder(sim) == "one", within=20, what="one leads")
+            port = free_port()
             two = await stack.enter_async_context(
-                controller_process("two", config, kubeconfig, tmp_path / "two.log")
+                controller_process(
+                    "two",
+                    config,
+                    kubeconfig,
+                    tmp_path / "two.log",
+                    "--metrics-address",
+                    f"127.0.0.1:{port}",
+                )
             )
             await wait_until(
                 lambda: all(all_ingress(sim).values()), within=20, what="first allocations"
@@ -129,6 +155,7 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
                 lambda: all(all_ingress(sim).values()), within=20, what="new allocations"
             )
             after = all_ingress(sim)
+            metrics = await scrape(port)
 
             # Graceful stop of the new leader releases the Lease.
             two.send_signal(signal.SIGTERM)
@@ -142,3 +169,6 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
     lease = sim.store.get("leases", "kube-bgpd-controller", "default")
     assert lease is not None
     assert lease["spec"]["leaseTransitions"] >= 1
+    # The new leader's pool gauge counts every IP in use, including the old leader's.
+    assert 'kube_bgpd_pool_addresses_in_use{pool="pool"} 7.0' in metrics
+    assert 'kube_bgpd_pool_addresses{pool="pool"} 16.0' in metrics
