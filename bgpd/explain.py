@@ -13,10 +13,23 @@ values; no I/O, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import ipaddress
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from bgpd.decision import decide
-from bgpd.model import ClusterSnapshot, Config, Decision, NodeName, Route, ServiceKey, Skip
+from bgpd.model import (
+    ClusterSnapshot,
+    Config,
+    Decision,
+    NodeName,
+    PeerName,
+    Route,
+    RouteAttributes,
+    ServiceKey,
+    Skip,
+    SkipReason,
+)
 
 JSONValue = str | int | None | list["JSONValue"] | dict[str, "JSONValue"]
 
@@ -70,6 +83,40 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
             entry["detail"] = s.detail
         skipped.append(entry)
     return {"node": decision.node, "routes": routes, "skipped": skipped}
+
+
+def decision_from_json(doc: Mapping[str, Any]) -> Decision:
+    """The inverse of `decision_json`: a live speaker serves its last decision in that
+    shape (GET /status, key "explain"), and `kube-bgpd explain --from-speaker` renders it
+    with the same functions as an offline answer. Entries of one prefix and peer with the
+    same attributes become one Route again. ValueError on anything malformed."""
+    try:
+        grouped: dict[tuple[PeerName, str, RouteAttributes], list[ServiceKey]] = {}
+        for r in doc["routes"]:
+            attrs = RouteAttributes(
+                communities=tuple(r["communities"]),
+                large_communities=tuple(r["largeCommunities"]),
+                local_pref=r["localPref"],
+                med=r["med"],
+            )
+            key = (PeerName(r["peer"]), str(r["prefix"]), attrs)
+            grouped.setdefault(key, []).append(ServiceKey(r["service"]))
+        routes = tuple(
+            Route(peer, ipaddress.ip_network(prefix), attrs, tuple(services))
+            for (peer, prefix, attrs), services in grouped.items()
+        )
+        skipped = tuple(
+            Skip(
+                ServiceKey(s["service"]),
+                SkipReason(s["reason"]),
+                ipaddress.ip_address(s["ip"]) if "ip" in s else None,
+                s.get("detail", ""),
+            )
+            for s in doc["skipped"]
+        )
+        return Decision(node=NodeName(doc["node"]), routes=routes, skipped=skipped)
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"not a decision document: missing or bad {exc}") from exc
 
 
 def explain_json(
