@@ -19,7 +19,7 @@ import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -56,13 +56,19 @@ class DumpError(ValueError):
 # --------------------------------------------------------------------------- field access
 
 
+def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+    """isinstance(value, Mapping) with a fast path: JSON and YAML give plain dicts, and the
+    ABC check costs more than the rest of a conversion (measured on 10,000 Services)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
     """obj[key] as a mapping; absent or null is an empty mapping (the API omits empty
     fields), anything else is an error."""
     value = obj.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
+    if not _is_map(value):
         raise ObjectError(f"{where}.{key}: expected an object, got {type(value).__name__}")
     return value
 
@@ -111,7 +117,7 @@ def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
 
 def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
     """(namespace, name, where) from metadata; `where` prefixes every error message."""
-    if not isinstance(obj, Mapping):
+    if not _is_map(obj):
         raise ObjectError(f"{kind}: expected an object, got {type(obj).__name__}")
     meta = _map(obj, "metadata", kind)
     name = _required(meta, "name", f"{kind}.metadata")
@@ -138,7 +144,7 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     ingress: list[IPAddress] = []
     for i, entry in enumerate(_list(lb_status, "ingress", f"{where}.status.loadBalancer")):
         at = f"{where}.status.loadBalancer.ingress[{i}]"
-        if not isinstance(entry, Mapping):
+        if not _is_map(entry):
             raise ObjectError(f"{at}: expected an object")
         text = _str(entry, "ip", at)
         if text is None:
@@ -159,7 +165,7 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     ports: list[ServicePort] = []
     for i, entry in enumerate(_list(spec, "ports", f"{where}.spec")):
         at = f"{where}.spec.ports[{i}]"
-        if not isinstance(entry, Mapping):
+        if not _is_map(entry):
             raise ObjectError(f"{at}: expected an object")
         port = entry.get("port")
         if not isinstance(port, int) or isinstance(port, bool):
@@ -206,7 +212,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
     endpoints: list[Endpoint] = []
     for i, entry in enumerate(_list(obj, "endpoints", where)):
         at = f"{where}.endpoints[{i}]"
-        if not isinstance(entry, Mapping):
+        if not _is_map(entry):
             raise ObjectError(f"{at}: expected an object")
         addresses = _list(entry, "addresses", at)
         if not all(isinstance(a, str) for a in addresses):
@@ -242,14 +248,14 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     unavailable = False
     for i, cond in enumerate(_list(status, "conditions", f"{where}.status")):
         at = f"{where}.status.conditions[{i}]"
-        if not isinstance(cond, Mapping):
+        if not _is_map(cond):
             raise ObjectError(f"{at}: expected an object")
         if cond.get("type") == NETWORK_UNAVAILABLE:
             unavailable = _str(cond, "status", at) == "True"
     addresses: list[tuple[str, str]] = []
     for i, entry in enumerate(_list(status, "addresses", f"{where}.status")):
         at = f"{where}.status.addresses[{i}]"
-        if not isinstance(entry, Mapping):
+        if not _is_map(entry):
             raise ObjectError(f"{at}: expected an object")
         addresses.append((_required(entry, "type", at), _required(entry, "address", at)))
     return Node(
@@ -334,7 +340,7 @@ def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]
         if isinstance(doc, list):
             objects: Sequence[Any] = doc
             default_kind = ""
-        elif isinstance(doc, Mapping):
+        elif _is_map(doc):
             kind = doc.get("kind")
             if isinstance(kind, str) and kind.endswith("List"):
                 raw = doc.get("items")
@@ -353,7 +359,7 @@ def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]
             )
         for i, item in enumerate(objects):
             where = f"{doc_where} item {i}"
-            if not isinstance(item, Mapping):
+            if not _is_map(item):
                 raise DumpError(f"{where}: expected an object, got {type(item).__name__}")
             kind = item.get("kind", default_kind)
             yield where, kind if isinstance(kind, str) else "", item
