@@ -204,23 +204,18 @@ class LeaderElector:
         try:
             current = await self._client.request("GET", self._path, what="get lease")
         except NotFound:
-            body = {
-                "apiVersion": LEASE_API,
-                "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace},
-                "spec": {
-                    "holderIdentity": self.identity,
-                    "leaseDurationSeconds": duration,
-                    "acquireTime": now,
-                    "renewTime": now,
-                    "leaseTransitions": 0,
-                },
+            spec = {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": duration,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
             }
             try:
                 created = await self._client.request(
                     "POST",
                     object_path(LEASE_API, "leases", namespace=self.namespace),
-                    body=body,
+                    body=self._body(spec, None),
                     what="create lease",
                 )
             except Conflict:
@@ -241,23 +236,23 @@ class LeaderElector:
             "renewTime": now,
             "leaseTransitions": record.transitions if mine else record.transitions + 1,
         }
-        body = {
-            "apiVersion": LEASE_API,
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": record.resource_version,
-            },
-            "spec": spec,
-        }
         try:
-            updated = await self._client.request("PUT", self._path, body=body, what="update lease")
+            updated = await self._client.request(
+                "PUT", self._path, body=self._body(spec, record), what="update lease"
+            )
         except Conflict:
             # Someone wrote since our read: whoever it was, it is not us.
             return False
         self._observe(LeaseRecord.from_api(updated))
         return True
+
+    def _body(self, spec: dict[str, Any], record: LeaseRecord | None) -> dict[str, Any]:
+        """A whole Lease; with the record's resourceVersion, a PUT fails (409) if anyone
+        wrote since we read it."""
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if record is not None:
+            metadata["resourceVersion"] = record.resource_version
+        return {"apiVersion": LEASE_API, "kind": "Lease", "metadata": metadata, "spec": spec}
 
     def _observe(self, record: LeaseRecord) -> None:
         key = (record.holder, record.renew_time, record.resource_version)
@@ -277,24 +272,19 @@ class LeaderElector:
         if record.holder != self.identity:
             return
         now = micro_time()
-        body = {
-            "apiVersion": LEASE_API,
-            "kind": "Lease",
-            "metadata": {
-                "name": self.name,
-                "namespace": self.namespace,
-                "resourceVersion": record.resource_version,
-            },
-            "spec": {
-                "leaseDurationSeconds": 1,
-                "acquireTime": now,
-                "renewTime": now,
-                "leaseTransitions": record.transitions,
-            },
+        spec = {
+            "leaseDurationSeconds": 1,
+            "acquireTime": now,
+            "renewTime": now,
+            "leaseTransitions": record.transitions,
         }
         try:
             await self._client.request(
-                "PUT", self._path, body=body, request_timeout=5.0, what="release lease"
+                "PUT",
+                self._path,
+                body=self._body(spec, record),
+                request_timeout=5.0,
+                what="release lease",
             )
         except Conflict:
             return

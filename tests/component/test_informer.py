@@ -8,6 +8,7 @@ resourceVersion, back-off with Retry-After, and the cache kept through outages.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -80,6 +81,17 @@ def service_informer(
     return Informer(client, SERVICES, rec, timing=timing), rec
 
 
+@contextlib.asynccontextmanager
+async def watching(env: Env) -> AsyncIterator[tuple[Informer[Service], Recorder]]:
+    """A Service informer that has listed and has its watch open, for the block."""
+    sim, client = env
+    informer, rec = service_informer(client)
+    async with running(informer.run(), "informer"):
+        await wait_until(lambda: informer.has_synced, what="first list")
+        await sim.wait_for_watches(1)
+        yield informer, rec
+
+
 async def test_list_then_watch_sees_adds_updates_deletes(env: Env) -> None:
     sim, client = env
     for i in range(5):  # page_size 2: the first list takes three pages
@@ -140,12 +152,9 @@ async def test_bookmarks_advance_the_resource_version(env: Env) -> None:
 
 
 async def test_abrupt_disconnect_resumes_from_last_rv(env: Env) -> None:
-    sim, client = env
+    sim = env[0]
     sim.store.create(lb_service("a"))
-    informer, rec = service_informer(client)
-    async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
-        await sim.wait_for_watches(1)
+    async with watching(env) as (informer, rec):
         last_rv = informer.resource_version
         mark = len(rec.events)
         # Cut and write in one step: the write happens while no watch is open.
@@ -198,12 +207,9 @@ async def test_410_relists_and_emits_only_real_differences(env: Env) -> None:
 async def test_server_errors_back_off_keep_cache_and_flag_stale(
     env: Env, code: int, count: int
 ) -> None:
-    sim, client = env
+    sim = env[0]
     sim.store.create(lb_service("a"))
-    informer, _ = service_informer(client)
-    async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
-        await sim.wait_for_watches(1)
+    async with watching(env) as (informer, _):
         sim.fail_next(count, code)
         sim.cut_watches()
         sim.store.create(lb_service("b"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import ipaddress
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -77,6 +78,18 @@ def content(snapshot: ClusterSnapshot) -> dict[str, Any]:
     }
 
 
+@contextlib.asynccontextmanager
+async def synced_source(env: Env) -> AsyncIterator[KubernetesSource]:
+    """The seeded cluster, a source that delivered its first wake-up with every watch open."""
+    sim, client = env
+    seed(sim)
+    source = KubernetesSource(client, timing=FAST)
+    async with running(source.run(), "source"):
+        await next_change(source)
+        await sim.wait_for_watches(3)
+        yield source
+
+
 async def next_change(source: KubernetesSource, within: float = 10.0) -> float:
     async with asyncio.timeout(within):
         return await source.wait_changed()
@@ -127,12 +140,8 @@ async def test_first_wake_up_only_after_every_kind_synced(env: Env) -> None:
 
 
 async def test_relevant_changes_wake_and_irrelevant_ones_do_not(env: Env) -> None:
-    sim, client = env
-    seed(sim)
-    source = KubernetesSource(client, timing=FAST)
-    async with running(source.run(), "source"):
-        await next_change(source)
-        await sim.wait_for_watches(3)
+    sim = env[0]
+    async with synced_source(env) as source:
         first = source.snapshot()
         assert source.snapshot() is first, "unchanged: the same snapshot object"
 
@@ -181,12 +190,8 @@ async def test_relevant_changes_wake_and_irrelevant_ones_do_not(env: Env) -> Non
 
 
 async def test_bursts_are_coalesced_into_one_wake_up(env: Env) -> None:
-    sim, client = env
-    seed(sim)
-    source = KubernetesSource(client, timing=FAST)
-    async with running(source.run(), "source"):
-        await next_change(source)
-        await sim.wait_for_watches(3)
+    sim = env[0]
+    async with synced_source(env) as source:
         for i in range(50):
             sim.store.create(lb_service(f"burst{i}"))
         await wait_until(lambda: len(source.services.cache) == 53, what="burst seen")
@@ -206,12 +211,8 @@ async def test_bursts_are_coalesced_into_one_wake_up(env: Env) -> None:
 async def test_disruptions_never_lose_objects(env: Env, disruption: str) -> None:
     """The snapshot is sampled continuously through the disruption: every sample must
     still hold every object, because nothing was deleted in the cluster."""
-    sim, client = env
-    seed(sim)
-    source = KubernetesSource(client, timing=FAST)
-    async with running(source.run(), "source"):
-        await next_change(source)
-        await sim.wait_for_watches(3)
+    sim = env[0]
+    async with synced_source(env) as source:
         reference = content(source.snapshot())
         episodes = source.stale_episodes
         lists = sum(i.stats.lists for i in source.group.informers)
@@ -241,12 +242,7 @@ async def test_disruptions_never_lose_objects(env: Env, disruption: str) -> None
 
 
 async def test_reload_relists_without_waking(env: Env) -> None:
-    sim, client = env
-    seed(sim)
-    source = KubernetesSource(client, timing=FAST)
-    async with running(source.run(), "source"):
-        await next_change(source)
-        await sim.wait_for_watches(3)
+    async with synced_source(env) as source:
         source.reload()
         await wait_until(
             lambda: all(i.stats.lists == 2 for i in source.group.informers), what="re-lists"
