@@ -1,0 +1,433 @@
+"""deploy/kubernetes rendered by the real `kubectl kustomize` and checked object by object.
+
+Schemas: `kubernetes-validate --strict` (offline, bundled OpenAPI schemas) on every
+rendered object. Semantics no schema sees: selectors match template labels, pods name
+ServiceAccounts that exist and are bound, the mounted config is the generated ConfigMap
+and passes kube-bgpd's own loader, the speaker's listener, probes and grace period agree
+with its config, capabilities follow SpeakerConfig.listen, the image's user is the pods'
+user. The preStop hook is run for real against a running speaker. RBAC is checked
+against the code's actual requests in test_deploy_rbac.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bgpd.config import load_config_or_raise
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+KUBECTL = "/usr/bin/kubectl"
+VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+NAMESPACE = "kube-bgpd-system"
+CONFIG_PATH = "/etc/kube-bgpd/config.yaml"
+#: The speaker's bound on the final withdraw (bgpd.speaker: runtime.stop(within=10.0)).
+WITHDRAW_BOUND = 10.0
+
+KUSTOMIZATIONS = [
+    pytest.param("base", id="base"),
+    pytest.param("overlays/example", id="overlay-example"),
+]
+
+
+def kustomize(path: str) -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(DEPLOY / path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+_RENDERED: dict[str, list[dict[str, Any]]] = {}
+
+
+def rendered(path: str) -> list[dict[str, Any]]:
+    if path not in _RENDERED:
+        _RENDERED[path] = kustomize(path)
+    return _RENDERED[path]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
+    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
+    return found[0]
+
+
+def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def mounted_config(docs: list[dict[str, Any]], workload: dict[str, Any]) -> str:
+    """The text the pod sees at CONFIG_PATH: through its volume, from the ConfigMap."""
+    c = container(workload)
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    for name, path in mounts.items():
+        if CONFIG_PATH.startswith(path.rstrip("/") + "/"):
+            key = CONFIG_PATH[len(path.rstrip("/")) + 1 :]
+            cm = one(docs, "ConfigMap", volumes[name]["configMap"]["name"])
+            return str(cm["data"][key])
+    raise AssertionError(f"{workload['metadata']['name']}: nothing mounted at {CONFIG_PATH}")
+
+
+def speaker_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
+    path = tmp_path / "config.yaml"
+    path.write_text(mounted_config(docs, one(docs, "DaemonSet", "kube-bgpd-speaker")))
+    config, _warnings = load_config_or_raise([str(path)])
+    return config
+
+
+# --------------------------------------------------------------------------- schemas
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+@pytest.mark.parametrize("version", ["1.29.0", "1.32.0", "1.37.0"])
+def test_every_object_validates_strictly(path: str, version: str, tmp_path: Path) -> None:
+    docs = rendered(path)
+    target = tmp_path / "rendered.yaml"
+    target.write_text(yaml.safe_dump_all(docs))
+    result = subprocess.run(
+        [VALIDATE, "--strict", "--kubernetes-version", version, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    passed = re.findall(r"passed for resource (\S+)", result.stdout + result.stderr)
+    expected = {f"{d['kind'].lower()}/{d['metadata']['name']}" for d in docs}
+    assert set(passed) == expected
+
+
+def test_strict_validation_catches_a_misspelt_field(tmp_path: Path) -> None:
+    """The schema check is not vacuous: a typo that `kubectl apply` would drop fails."""
+    docs = rendered("base")
+    ds = json.loads(json.dumps(one(docs, "DaemonSet", "kube-bgpd-speaker")))
+    spec = ds["spec"]["template"]["spec"]
+    spec["serviceAcountName"] = spec.pop("serviceAccountName")
+    target = tmp_path / "typo.yaml"
+    target.write_text(yaml.safe_dump(ds))
+    result = subprocess.run(
+        [VALIDATE, "--strict", "-k", "1.32.0", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "serviceAcountName" in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- semantics
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_everything_lives_in_one_namespace(path: str) -> None:
+    docs = rendered(path)
+    one(docs, "Namespace", NAMESPACE)
+    for d in docs:
+        if d["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+            assert "namespace" not in d["metadata"]
+        else:
+            assert d["metadata"]["namespace"] == NAMESPACE, d["metadata"]["name"]
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_selectors_match_template_labels(path: str) -> None:
+    docs = rendered(path)
+    assert {w["kind"] for w in workloads(docs)} == {"DaemonSet", "Deployment"}
+    selectors = []
+    for w in workloads(docs):
+        selector = w["spec"]["selector"]
+        assert set(selector) == {"matchLabels"}, "only matchLabels are used"
+        labels = w["spec"]["template"]["metadata"]["labels"]
+        assert selector["matchLabels"].items() <= labels.items(), w["metadata"]["name"]
+        selectors.append(selector["matchLabels"])
+    # Two workloads must not select each other's pods.
+    for a in selectors:
+        for b in selectors:
+            if a is not b:
+                assert not a.items() <= b.items()
+    # The controller's anti-affinity names its own pods.
+    deploy = one(docs, "Deployment", "kube-bgpd-controller")
+    terms = deploy["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    for term in terms:
+        sel = term["podAffinityTerm"]["labelSelector"]["matchLabels"]
+        assert sel == deploy["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_pods_use_their_own_bound_service_account(path: str) -> None:
+    docs = rendered(path)
+    accounts = {d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"}
+    bound: set[str] = set()
+    for b in docs:
+        if b["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            role = one(docs, b["roleRef"]["kind"], b["roleRef"]["name"])
+            assert role["rules"], role["metadata"]["name"]
+            for s in b["subjects"]:
+                assert s["kind"] == "ServiceAccount"
+                assert s["namespace"] == NAMESPACE
+                bound.add(s["name"])
+    used = [w["spec"]["template"]["spec"]["serviceAccountName"] for w in workloads(docs)]
+    assert len(set(used)) == len(used), "speaker and controller share an identity"
+    assert set(used) == accounts == bound
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_mounted_config_is_valid_for_both_components(path: str, tmp_path: Path) -> None:
+    docs = rendered(path)
+    texts = set()
+    for w in workloads(docs):
+        c = container(w)
+        assert f"--config={CONFIG_PATH}" in c["args"]
+        texts.add(mounted_config(docs, w))
+    assert len(texts) == 1, "speaker and controller must read the same config"
+    target = tmp_path / "config.yaml"
+    target.write_text(texts.pop())
+    result = subprocess.run(
+        [KUBE_BGPD, "validate", str(target)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("valid:")
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_speaker_pod(path: str, tmp_path: Path) -> None:
+    docs = rendered(path)
+    config = speaker_config(docs, tmp_path)
+    ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
+    pod = ds["spec"]["template"]["spec"]
+    c = container(ds)
+    assert pod["hostNetwork"] is True
+    assert pod["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert c["args"][0] == "speaker"
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    assert env["NODE_NAME"] == "spec.nodeName"
+    assert env["POD_IP"] == "status.podIP"
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    # The listener is on the pod IP, at the port the probes use.
+    (address,) = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--metrics-address=")]
+    host, _, port = address.rpartition(":")
+    assert host == "$(POD_IP)"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["metrics"] == int(port)
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    # Read-only root; ExaBGP's work dir (from the config) is a writable emptyDir.
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts[str(config.speaker.work_dir)]]
+    # Long enough to drain for the whole window and then withdraw.
+    assert pod["terminationGracePeriodSeconds"] >= config.speaker.drain_window + WITHDRAW_BOUND + 5
+    pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[:2] == ["/bin/sh", "-c"]
+    assert "kube-bgpd drain" in pre_stop[2]
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_capabilities_follow_speaker_listen(path: str, tmp_path: Path) -> None:
+    """No capability at all unless ExaBGP must bind port 179 (SpeakerConfig listen)."""
+    docs = rendered(path)
+    config = speaker_config(docs, tmp_path)
+    ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
+    pod_sc = ds["spec"]["template"]["spec"]["securityContext"]
+    caps = container(ds)["securityContext"]["capabilities"]
+    if config.speaker.listen:
+        assert caps.get("add") == ["NET_BIND_SERVICE"]
+        # Kubernetes gives capabilities only to uid 0 (no ambient set).
+        assert pod_sc["runAsUser"] == 0
+        assert {"name": "bgp", "containerPort": 179, "protocol": "TCP"} in container(ds)["ports"]
+    else:
+        assert "add" not in caps
+        assert pod_sc["runAsNonRoot"] is True
+        assert pod_sc["runAsUser"] != 0
+
+
+def test_overlay_example_exercises_listen() -> None:
+    """The example overlay is the one that turns listen on (so both branches above run)."""
+    text = (DEPLOY / "overlays" / "example" / "config.yaml").read_text()
+    assert any(
+        d and d.get("kind") == "SpeakerConfig" and d["spec"].get("listen") is True
+        for d in yaml.safe_load_all(text)
+    )
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_controller_pod(path: str) -> None:
+    docs = rendered(path)
+    deploy = one(docs, "Deployment", "kube-bgpd-controller")
+    pod = deploy["spec"]["template"]["spec"]
+    c = container(deploy)
+    assert deploy["spec"]["replicas"] == 2
+    assert c["args"][0] == "controller"
+    assert not pod.get("hostNetwork")
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    # The Lease goes to the pod's namespace, which is where the leader Role applies.
+    env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
+    assert env["POD_NAMESPACE"] == "metadata.namespace"
+    leader_role = one(docs, "Role", "kube-bgpd-controller-leader")
+    names = {n for r in leader_role["rules"] for n in r.get("resourceNames", [])}
+    assert names == {"kube-bgpd-controller"}
+    from bgpd.cli import build_parser
+
+    args = build_parser().parse_args(c["args"])
+    assert args.lease_name in names
+
+
+def test_image_user_is_the_pods_user() -> None:
+    """The Dockerfile's USER is the uid the manifests run as, and its entrypoint is the
+    kube-bgpd command the manifests pass sub-commands to."""
+    dockerfile = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
+    (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
+    assert re.search(rf"useradd .*--uid {user[0]} --gid {user[1]}", dockerfile)
+    assert re.findall(r"^FROM (\S+)", dockerfile, re.M)[-1] == "python:3.11-slim"
+    entry = json.loads(re.findall(r"^ENTRYPOINT (.+)$", dockerfile, re.M)[0])
+    assert entry[-1] == "kube-bgpd"
+    for copied in re.findall(r"^COPY (?!--)(.+) \S+$", dockerfile, re.M):
+        for src in copied.split():
+            assert (ROOT / src).exists(), src
+    docs = rendered("base")
+    for w in workloads(docs):
+        sc = w["spec"]["template"]["spec"]["securityContext"]
+        assert (str(sc["runAsUser"]), str(sc["runAsGroup"])) == user
+
+
+# --------------------------------------------------------------------------- preStop
+
+
+@pytest.fixture
+def loopback_address() -> str:
+    """A random 127/8 address: the listener's fixed port 7473 cannot clash with another
+    run's (every 127/8 address is local on Linux)."""
+    rnd = random.SystemRandom()
+    return str(
+        ipaddress.IPv4Address(
+            f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
+        )
+    )
+
+
+@pytest.fixture
+def running_speaker(
+    tmp_path: Path, loopback_address: str
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A real `kube-bgpd speaker` (cluster dump, a peer that is never reached) whose
+    listener is where the DaemonSet puts it: POD_IP:7473."""
+    config = tmp_path / "config.yaml"
+    docs = rendered("base")
+    text = mounted_config(docs, one(docs, "DaemonSet", "kube-bgpd-speaker"))
+    # A short window so that the SIGTERM at teardown (which waits for it) is quick.
+    assert "drainWindow: 30s" in text
+    config.write_text(text.replace("drainWindow: 30s", "drainWindow: 2s"))
+    dump = tmp_path / "cluster.yaml"
+    dump.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "metadata": {"name": "node1"},
+                        "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]},
+                    }
+                ],
+            }
+        )
+    )
+    log = (tmp_path / "speaker.log").open("w")
+    proc = subprocess.Popen(
+        [
+            KUBE_BGPD,
+            "speaker",
+            f"--config={config}",
+            "--node-name=node1",
+            f"--cluster-file={dump}",
+            f"--work-dir={tmp_path / 'run'}",
+            f"--metrics-address={loopback_address}:7473",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{loopback_address}:7473/healthz", timeout=1):
+                    break
+            except OSError:
+                assert proc.poll() is None, (tmp_path / "speaker.log").read_text()
+                assert time.monotonic() < deadline, "speaker listener never came up"
+                time.sleep(0.1)
+        yield loopback_address, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_pre_stop_hook_drains_then_sigterm_stops_within_grace(
+    running_speaker: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """The DaemonSet's preStop command, run as the kubelet would (its shell, POD_IP from
+    the downward API), makes the real speaker drain; the SIGTERM that follows waits for
+    the drain window, then the speaker exits 0 well within the grace period."""
+    address, proc = running_speaker
+    ds = one(rendered("base"), "DaemonSet", "kube-bgpd-speaker")
+    command = container(ds)["lifecycle"]["preStop"]["exec"]["command"]
+    env = {
+        "PATH": f"{Path(KUBE_BGPD).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "POD_IP": address,
+    }
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "mode: draining" in result.stdout
+    with urllib.request.urlopen(f"http://{address}:7473/status", timeout=5) as resp:
+        status = json.loads(resp.read())
+    assert status["mode"] == "draining"
+    assert status["drain"]["window"] == 2.0
+    withdraw_at = status["drain"]["withdraw_at"]
+    proc.send_signal(signal.SIGTERM)
+    grace = ds["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert proc.wait(timeout=grace) == 0
+    # It held the routes for the whole window before stopping.
+    assert time.time() >= withdraw_at
