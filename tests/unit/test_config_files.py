@@ -3,6 +3,7 @@ shipped examples, and the JSON schema in config/."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,7 @@ def test_metallb_user_example_keeps_metallb_semantics() -> None:
 # --------------------------------------------------------------------------- schema
 
 
+@functools.cache
 def schema_validator() -> jsonschema.protocols.Validator:
     schema = json.loads(SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -66,7 +66,7 @@ VALUES = st.recursive(
         st.lists(children, max_size=4)
         | st.dictionaries(KEYS | st.text(max_size=8) | st.integers(), children, max_size=5)
     ),
-    max_leaves=25,
+    max_leaves=12,
 )
 
 
@@ -93,7 +93,7 @@ def assert_answers(result: LoadResult) -> None:
         assert "\n" not in str(issue)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(documents(), max_size=5))
 def test_parse_documents_never_raises(docs: list[object]) -> None:
     assert_answers(parse_documents([(f"h.yaml:doc {i}", d) for i, d in enumerate(docs)]))
