@@ -2,10 +2,13 @@
 other LoadBalancer Service is not announced, computed offline from config files and a
 cluster dump (`kubectl get services,endpointslices,nodes -A -o yaml` or `-o json`).
 
-Only reads files and prints; no cluster access, no ExaBGP. stdout carries the answer
-(the table, or the JSON contract in docs/cli.md); warnings and errors go to stderr so a
-script can pipe the JSON. Exit codes: 0 answered, 1 bad config or unreadable/invalid
-dump, 2 usage error.
+With ``--from-speaker`` it answers from the running speaker instead (its last applied
+decision, read from GET /status on --metrics-address), through the same rendering.
+
+Only reads files (or the speaker's status) and prints; no cluster access, no ExaBGP.
+stdout carries the answer (the table, or the JSON contract in docs/cli.md); warnings and
+errors go to stderr so a script can pipe the JSON. Exit codes: 0 answered, 1 bad config
+or unreadable/invalid dump (or no answer from the speaker), 2 usage error.
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from bgpd.model import ServiceKey
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -21,12 +27,25 @@ EXIT_USAGE = 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
         "--cluster",
-        required=True,
         metavar="DUMP",
         help="cluster dump: kubectl get services,endpointslices,nodes -A -o yaml|json "
         "('-' reads stdin)",
+    )
+    source.add_argument(
+        "--from-speaker",
+        action="store_true",
+        help="ask the running speaker at --metrics-address (default 127.0.0.1:7473) for "
+        "its last decision instead of computing one from a dump (no --config needed)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="with --from-speaker: seconds to wait for the speaker (default 5)",
     )
     parser.add_argument(
         "--node",
@@ -73,6 +92,8 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             print(f"{prog}: {args.service!r} is not NAMESPACE/SERVICE", file=err)
             return EXIT_USAGE
         service = ServiceKey(args.service)
+    if args.from_speaker:
+        return _from_speaker(args, service, out, err)
     if not args.config:
         print(f"{prog}: no config file given (--config FILE)", file=err)
         return EXIT_USAGE
@@ -125,4 +146,42 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         out.write(json.dumps(value, indent=2) + "\n")
     else:
         out.write(explain_table(decisions, service))
+    return EXIT_OK
+
+
+def _from_speaker(
+    args: argparse.Namespace, service: ServiceKey | None, out: TextIO, err: TextIO
+) -> int:
+    """The live answer: the speaker's last applied decision, from GET /status (key
+    "explain", the JSON contract), rendered by the same functions as the offline one."""
+    import urllib.error
+
+    from bgpd.cli.status import DEFAULT_ADDRESS, fetch
+    from bgpd.explain import decision_from_json, explain_json, explain_table
+
+    prog = "kube-bgpd explain"
+    address = args.metrics_address or DEFAULT_ADDRESS
+    try:
+        doc = fetch(address, args.timeout)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        print(f"{prog}: cannot read the speaker's status at {address}: {exc}", file=err)
+        return EXIT_INVALID
+    answer = doc.get("explain")
+    if answer is None:
+        print(f"{prog}: the speaker at {address} has made no decision yet", file=err)
+        return EXIT_INVALID
+    try:
+        decision = decision_from_json(answer)
+    except ValueError as exc:
+        print(f"{prog}: {address}: {exc}", file=err)
+        return EXIT_INVALID
+    asked = list(dict.fromkeys(args.node))
+    if asked and asked != [decision.node]:
+        print(f"{prog}: the speaker at {address} runs on node {decision.node}", file=err)
+        return EXIT_USAGE
+    if args.output == "json":
+        value = explain_json([decision], service, single=len(asked) == 1)
+        out.write(json.dumps(value, indent=2) + "\n")
+    else:
+        out.write(explain_table([decision], service))
     return EXIT_OK

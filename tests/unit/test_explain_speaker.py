@@ -3,12 +3,21 @@ same Decision, so `explain --from-speaker` renders exactly what the offline path
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import ipaddress
 import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from bgpd.explain import decision_from_json, decision_json, explain_table
+from bgpd.config import load_config
+from bgpd.explain import decision_from_json, decision_json, explain, explain_table
 from bgpd.model import (
     Decision,
     NodeName,
@@ -19,6 +28,7 @@ from bgpd.model import (
     Skip,
     SkipReason,
 )
+from bgpd.objects import parse_cluster_dump
 
 WEB, API = ServiceKey("default/web"), ServiceKey("default/api")
 R1, R2 = PeerName("router-1"), PeerName("router-2")
@@ -78,3 +88,108 @@ def test_round_trip_through_json_text(decision: Decision) -> None:
 def test_malformed_documents_are_value_errors(doc: dict[str, object]) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the message names what was wrong
         decision_from_json(doc)
+
+
+# --------------------------------------------------------------------------- the CLI
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "explain"
+KUBE_BGPD = Path(sys.executable).parent / "kube-bgpd"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(KUBE_BGPD), "explain", *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+@contextlib.contextmanager
+def fake_speaker(status: dict[str, Any] | None) -> Iterator[str]:
+    """An HTTP listener answering GET /status like the speaker's (a real socket on
+    127.0.0.1; the document is what Speaker.status() serves). None answers 404."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(status).encode()
+            self.send_response(200 if status is not None and self.path == "/status" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _live_decision(node: str) -> Decision:
+    config = load_config([str(DATA / "config.yaml")]).config
+    assert config is not None
+    snapshot = parse_cluster_dump((DATA / "cluster.yaml").read_text())
+    (decision,) = explain(config, snapshot, [NodeName(node)])
+    return decision
+
+
+@pytest.mark.parametrize("output", ["json", "table"])
+def test_from_speaker_answers_exactly_like_the_offline_command(output: str) -> None:
+    decision = _live_decision("n2")
+    offline = _cli(
+        "--config",
+        str(DATA / "config.yaml"),
+        "--cluster",
+        str(DATA / "cluster.yaml"),
+        "--node",
+        "n2",
+        "--output",
+        output,
+    )
+    assert offline.returncode == 0, offline.stderr
+    with fake_speaker({"node": "n2", "explain": decision_json(decision)}) as address:
+        live = _cli(
+            "--from-speaker", "--metrics-address", address, "--node", "n2", "--output", output
+        )
+        assert live.returncode == 0, live.stderr
+        assert live.stdout == offline.stdout
+        # Without --node the JSON is a list, as offline: parsing does not depend on flags.
+        listed = _cli("--from-speaker", "--metrics-address", address, "--output", "json")
+        assert json.loads(listed.stdout) == [decision_json(decision)]
+
+
+@pytest.mark.parametrize(
+    ("status", "args", "code", "message"),
+    [
+        pytest.param({"node": "n1", "explain": None}, [], 1, "no decision yet", id="no-decision"),
+        pytest.param(
+            {"node": "n1", "explain": {"node": "n1"}}, [], 1, "not a decision", id="malformed"
+        ),
+        pytest.param(
+            {"node": "n1", "explain": {"node": "n1", "routes": [], "skipped": []}},
+            ["--node", "n2"],
+            2,
+            "runs on node n1",
+            id="other-node",
+        ),
+        pytest.param(None, [], 1, "cannot read the speaker's status", id="http-404"),
+    ],
+)
+def test_from_speaker_errors(
+    status: dict[str, Any] | None, args: list[str], code: int, message: str
+) -> None:
+    with fake_speaker(status) as address:
+        out = _cli("--from-speaker", "--metrics-address", address, *args)
+    assert out.returncode == code, out.stderr
+    assert message in out.stderr
+    assert out.stdout == ""
+
+
+def test_from_speaker_and_cluster_are_exclusive() -> None:
+    out = _cli("--from-speaker", "--cluster", str(DATA / "cluster.yaml"))
+    assert out.returncode == 2
+    assert "not allowed with argument" in out.stderr
