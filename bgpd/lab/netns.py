@@ -10,7 +10,8 @@ processes forked (ExaBGP's helper, daemonised routers).
 Public interface (other modules and tests code against these names):
 
 * ``Netns(name, on_spawn=None)`` - ``name``; ``run(argv, check=True, timeout=30, **kw)``;
-  ``popen(argv, **kw)``; ``exec_prefix()``; ``track(pid)``; ``pids``; ``kill_all()``.
+  ``ip(*args)``; ``popen(argv, **kw)``; ``exec_prefix()``; ``track(pid)``; ``adopt(pid)``;
+  ``stop(pid)``; ``wait_child(pid, timeout)``; ``pids``; ``kill_all()``.
 * ``create_netns(name)`` / ``delete_netns(name)`` / ``netns_exists(name)``.
 * ``process_alive(pid)`` - true unless the PID is gone or a zombie (lab-notes: a daemon
   orphaned in a netns can sit as a zombie for ~2 s, so ``kill -0`` is not an answer).
@@ -200,6 +201,25 @@ class Netns:
             self._pids.append(pid)
             if self._on_spawn is not None:
                 self._on_spawn(pid)
+
+    def adopt(self, pid: int) -> None:
+        """Track a PID found in our state file without reporting it as a new spawn."""
+        if pid not in self._pids:
+            self._pids.append(pid)
+
+    def wait_child(self, pid: int, timeout: float) -> int | None:
+        """Wait for a process started by :meth:`popen` in this process; its exit status,
+        or None if it is not our child (then poll :func:`process_alive`)."""
+        child = self._children.get(pid)
+        if child is None:
+            return None
+        try:
+            status = child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            status = child.wait(timeout=5)
+        self.stop(pid)  # forget it, close its pipes
+        return status
 
     @property
     def pids(self) -> tuple[int, ...]:

@@ -23,6 +23,8 @@ Public interface::
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
             wait_route(prefix, next_hops=None, timeout) log_tail() close()
     FRRRouter, BirdRouter, GoBGPRouter(netns, config, workdir)
+    Static neighbours are connected to actively (the router restarts and reconnects at once
+    if the speaker's ExaBGP listens); dynamic ranges are passive by nature.
     make_router(kind, netns, workdir, **config) with kind in ROUTER_KINDS
 
 Facts used (shared/docs/lab-notes.md, measured here): FRR daemons run by hand in the netns
@@ -353,14 +355,21 @@ class FRRRouter(Router):
     poll_interval = 0.01
 
     def __init__(
-        self, netns: Netns, config: RouterConfig, workdir: Path, *, bfd: bool = False
+        self,
+        netns: Netns,
+        config: RouterConfig,
+        workdir: Path,
+        *,
+        bfd: bool = False,
+        rundir: Path | None = None,
     ) -> None:
         super().__init__(netns, config, workdir)
         self.bfd = bfd
         # FRR drops to user frr, which cannot enter a root-only test directory (pytest's
         # tmp_path is mode 700): its sockets, pid files, config and logs live in a
         # directory of its own under /tmp, linked from workdir and removed by close().
-        self.rundir = Path(tempfile.mkdtemp(prefix="kube-bgpd-frr-"))
+        # ``rundir`` re-attaches to a running FRR (``kube-bgpd lab status``).
+        self.rundir = rundir or Path(tempfile.mkdtemp(prefix="kube-bgpd-frr-"))
         link = self.workdir / "frr"
         self.workdir.mkdir(parents=True, exist_ok=True)
         if not link.exists():
@@ -607,7 +616,7 @@ class BirdRouter(Router):
                 lines += [*common, f'  dynamic name "dyn{fam}_{n}_";', "}"]
             for n, a in enumerate(x for x in c.static_neighbors if x.version == fam):
                 lines += [f"protocol bgp static{fam}_{n} {{", f"  neighbor {a} {peer};"]
-                lines += [*common, "  passive on;", "}"]
+                lines += [*common, "}"]
         return "\n".join(lines) + "\n"
 
     def _write_config(self) -> None:
@@ -768,6 +777,8 @@ class GoBGPRouter(Router):
                     "  [neighbors.config]",
                     f'    neighbor-address = "{a}"',
                     f'    peer-group = "nodes{fam}"',
+                    "  [neighbors.transport.config]",
+                    "    passive-mode = false",
                 ]
         return "\n".join(lines) + "\n"
 
@@ -900,13 +911,14 @@ def router_config(**opts: Any) -> RouterConfig:
 def make_router(kind: str, netns: Netns, workdir: Path | str, **opts: Any) -> Router:
     """Build (not start) a router of ``kind`` ("frr", "bird", "gobgp") with config ``opts``.
 
-    ``bfd=True`` is accepted for FRR only.
+    ``bfd=True`` and ``rundir=`` (re-attach to a running FRR) are for FRR only.
     """
     bfd = bool(opts.pop("bfd", False))
+    rundir = opts.pop("rundir", None)
     cfg = router_config(**opts)
     workdir = Path(workdir)
     if kind == "frr":
-        return FRRRouter(netns, cfg, workdir, bfd=bfd)
+        return FRRRouter(netns, cfg, workdir, bfd=bfd, rundir=Path(rundir) if rundir else None)
     if bfd:
         raise ValueError("bfd is only available with the frr router")
     try:

@@ -18,7 +18,8 @@ at once instead of after ~1 s of duplicate address detection.
 Public interface: ``Topology.create(prefix=None, nodes=3, ipv6=True, client=True,
 state_dir=None)``, fields ``prefix router nodes client state_file``, ``node_address(i,
 family=4)``, ``router_address(family=4)``, ``client_address(family=4)``, ``namespaces()``,
-``destroy()`` (idempotent), context manager; ``cleanup_leftovers(state_dir=None)``.
+``destroy()`` (idempotent), context manager, ``detach()``, ``Topology.attach(state_file)``;
+``remove_recorded(state_file)``, ``cleanup_leftovers(state_dir=None, include_detached=False)``.
 
 What it must not do: create anything outside its own namespaces (links are created
 straight into them), or delete a namespace or kill a process it did not record.
@@ -87,6 +88,8 @@ class Topology:
     _namespaces: list[str] = field(default_factory=list)
     _created: list[str] = field(default_factory=list)
     _destroyed: bool = False
+    #: (pid, start time) of the process that owns this lab; (0, 0) once detached.
+    _owner: tuple[int, int] = (0, 0)
 
     # -- construction ---------------------------------------------------------------
 
@@ -106,6 +109,7 @@ class Topology:
             prefix=prefix or new_prefix(),
             state_dir=Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR,
             ipv6=ipv6,
+            _owner=(os.getpid(), process_start_time(os.getpid()) or 0),
         )
         try:
             topo._build(nodes, client)
@@ -259,8 +263,12 @@ class Topology:
                 pids.append({"pid": pid, "start_time": start})
         state = {
             "prefix": self.prefix,
-            "owner_pid": os.getpid(),
-            "owner_start_time": process_start_time(os.getpid()),
+            "owner_pid": self._owner[0],
+            "owner_start_time": self._owner[1],
+            "detached": self._owner[0] == 0,
+            "ipv6": self.ipv6,
+            "nodes": len(self.nodes),
+            "client": self.client is not None,
             "created": time.time(),
             "namespaces": self._namespaces,
             "pids": pids,
@@ -269,6 +277,53 @@ class Topology:
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1))
         tmp.replace(self.state_file)
+
+    def detach(self) -> None:
+        """Hand the topology over to whoever runs ``lab down`` after this process exits.
+
+        A detached state file is never taken for a crashed run's leftovers by
+        :func:`cleanup_leftovers` unless asked (``include_detached``).
+        """
+        self._owner = (0, 0)
+        self._save()
+
+    @classmethod
+    def attach(cls, state_file: Path | str) -> Topology:
+        """Re-open a topology another process created, from its state file.
+
+        The namespaces and recorded PIDs become this object's to query and to destroy;
+        the recorded owner is kept.
+        """
+        path = Path(state_file)
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise NetnsError(f"cannot read lab state {path}: {exc}") from exc
+        prefix = str(state["prefix"])
+        topo = cls(
+            prefix=prefix,
+            state_dir=path.parent,
+            ipv6=bool(state.get("ipv6", True)),
+            _owner=(int(state.get("owner_pid", 0)), int(state.get("owner_start_time") or 0)),
+        )
+        topo._namespaces = list(state.get("namespaces", []))
+        topo._created = [n for n in topo._namespaces if netns_exists(n)]
+        by_name = {n: Netns(n, on_spawn=topo._on_spawn) for n in topo._namespaces}
+        topo.router = by_name[f"{prefix}-router"]
+        topo.nodes = [
+            by_name[f"{prefix}-node{i}"]
+            for i in range(1, int(state.get("nodes", 0)) + 1)
+            if f"{prefix}-node{i}" in by_name
+        ]
+        topo.client = by_name.get(f"{prefix}-client")
+        alive = {pid for entry in state.get("pids", []) if (pid := _recorded_alive(entry))}
+        for pid in sorted(alive):
+            # Attribute each PID to the namespace it lives in (ip netns pids).
+            for ns in topo.all_netns():
+                if pid in processes_in(ns.name):
+                    ns.adopt(pid)
+                    break
+        return topo
 
     def destroy(self) -> None:
         """Kill our processes (by PID), delete our namespaces, remove the state file."""
@@ -318,11 +373,43 @@ def _recorded_alive(entry: dict[str, Any]) -> int | None:
     return None
 
 
-def cleanup_leftovers(state_dir: Path | str | None = None) -> list[str]:
+def remove_recorded(state_file: Path | str) -> list[str]:
+    """Kill the PIDs and delete the namespaces one state file recorded; remove the file.
+
+    Only what was recorded, and a PID only if it is still the recorded process (same
+    start time). Returns the names of the namespaces removed.
+    """
+    path = Path(state_file)
+    removed: list[str] = []
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return removed
+    except (OSError, ValueError):
+        state = {}
+    for entry in state.get("pids", []):
+        pid = _recorded_alive(entry)
+        if pid is not None:
+            stop_pid(pid, timeout=1.0)
+    for name in reversed(state.get("namespaces", [])):
+        if netns_exists(name):
+            # Anything inside a namespace we created is ours (grandchildren included).
+            for pid in processes_in(name):
+                stop_pid(pid, timeout=1.0)
+            delete_netns(name)
+            removed.append(name)
+    path.unlink(missing_ok=True)
+    return removed
+
+
+def cleanup_leftovers(
+    state_dir: Path | str | None = None, *, include_detached: bool = False
+) -> list[str]:
     """Remove what crashed earlier runs recorded: their PIDs and their namespaces.
 
     A state file whose owner process still runs belongs to a live run and is left
-    alone. Returns the names of the namespaces removed.
+    alone; so is a detached lab (``kube-bgpd lab up``) unless ``include_detached``.
+    Returns the names of the namespaces removed.
     """
     directory = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
     removed: list[str] = []
@@ -333,6 +420,10 @@ def cleanup_leftovers(state_dir: Path | str | None = None) -> list[str]:
             state = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(state, dict) or "namespaces" not in state:
+            continue  # not a topology state file (lab.json lives here too)
+        if state.get("detached") and not include_detached:
+            continue
         owner = int(state.get("owner_pid", 0))
         if (
             owner
@@ -340,15 +431,5 @@ def cleanup_leftovers(state_dir: Path | str | None = None) -> list[str]:
             and process_start_time(owner) == state.get("owner_start_time")
         ):
             continue
-        for entry in state.get("pids", []):
-            pid = _recorded_alive(entry)
-            if pid is not None:
-                stop_pid(pid, timeout=1.0)
-        for name in reversed(state.get("namespaces", [])):
-            if netns_exists(name):
-                for pid in processes_in(name):
-                    stop_pid(pid, timeout=1.0)
-                delete_netns(name)
-                removed.append(name)
-        path.unlink(missing_ok=True)
+        removed += remove_recorded(path)
     return removed

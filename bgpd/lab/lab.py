@@ -1,0 +1,578 @@
+"""The kube-bgpd lab: a ToR router, three nodes running the real speaker, a client.
+
+Role: bring the whole system up in network namespaces so people can watch it work
+(``kube-bgpd lab up|down|status``) and the e2e tests can judge it with real traffic:
+
+* router namespace: FRR (default) or BIRD, programming ECMP routes into its kernel FIB,
+  with a static neighbour per node address and family (so a restarted router reconnects
+  at once: the speakers' ExaBGP also listens);
+* node1..N: ``kube-bgpd speaker`` (with its ExaBGP) and the keep-alive HTTP server
+  (:mod:`bgpd.lab.httpserver`) answering with the node name on every service IP the lab
+  put on the node's ``lo``;
+* client namespace behind the router, where :mod:`bgpd.lab.client` runs.
+
+The cluster the speakers see is a cluster dump file (``--cluster-file``) that the lab
+writes from :class:`LabService` declarations; the speakers re-read it when it changes.
+(The API simulator + controller path replaces this once the speaker watches the API.)
+
+State: everything started is recorded (namespaces and PIDs in the topology's state file,
+the rest in ``lab.json``) so ``lab down`` tears down a lab whose ``lab up`` process has
+exited or crashed, and removes leftovers of crashed earlier runs; nothing outside the
+lab's namespaces, its directory and FRR's run directory is touched.
+
+Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
+``lab.set_services(...)``, ``start_speaker(i)``, ``stop_speaker(i, sig)``,
+``speaker_pid(i)``, ``client(...)``, ``start_steady_client(...)``, ``status()``,
+``down()``, ``lab_down(state_dir)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import yaml
+
+from bgpd.lab.client import Result
+from bgpd.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
+from bgpd.lab.routers import (
+    NODE_ASN,
+    ROUTER_ASN,
+    FRRRouter,
+    Router,
+    RouterError,
+    make_router,
+)
+from bgpd.lab.topology import (
+    DEFAULT_STATE_DIR,
+    Topology,
+    cleanup_leftovers,
+    remove_recorded,
+)
+from bgpd.model import IPAddress
+
+#: Service IP pools the lab's speakers announce from.
+POOL4 = ipaddress.IPv4Network("10.99.100.0/24")
+POOL6 = ipaddress.IPv6Network("fd00:99:100::/120")
+LAB_FILE = "lab.json"
+#: Each speaker's status listener, on its own namespace's loopback.
+STATUS_ADDRESS = "127.0.0.1:7473"
+
+
+class LabError(RuntimeError):
+    """The lab could not be brought up, found, or queried."""
+
+
+#: What asking a router or a namespace can raise when the lab is half gone.
+_QUERY_ERRORS = (RouterError, NetnsError, subprocess.TimeoutExpired, OSError, ValueError)
+
+
+def kube_bgpd_argv() -> list[str]:
+    """How to run our own CLI: the script next to this interpreter, else on PATH."""
+    script = Path(sys.executable).with_name("kube-bgpd")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("kube-bgpd")
+    if found:
+        return [found]
+    return [sys.executable, "-c", "import sys; from bgpd.cli import main; sys.exit(main())"]
+
+
+@dataclass(frozen=True, slots=True)
+class LabService:
+    """A LoadBalancer Service as the lab declares it: its IPs and where its pods run."""
+
+    name: str
+    ips: tuple[str, ...]
+    pod_nodes: tuple[int, ...] = (1, 2)
+    policy: str = "Cluster"
+    namespace: str = "demo"
+    port: int = 80
+
+
+def cluster_dump(services: Sequence[LabService], nodes: int, topo: Topology) -> str:
+    """The ``kubectl get services,endpointslices,nodes -A -o yaml`` the speakers read."""
+    items: list[dict[str, Any]] = []
+    for i in range(1, nodes + 1):
+        addresses = [{"type": "InternalIP", "address": str(topo.node_address(i, 4))}]
+        if topo.ipv6:
+            addresses.append({"type": "InternalIP", "address": str(topo.node_address(i, 6))})
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"node{i}", "labels": {"kubernetes.io/hostname": f"node{i}"}},
+                "status": {"addresses": addresses},
+            }
+        )
+    for svc in services:
+        families = sorted({ipaddress.ip_address(ip).version for ip in svc.ips})
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": svc.name,
+                    "namespace": svc.namespace,
+                    "uid": f"uid-{svc.name}",
+                },
+                "spec": {
+                    "type": "LoadBalancer",
+                    "externalTrafficPolicy": svc.policy,
+                    "ipFamilies": [f"IPv{f}" for f in families],
+                    "ports": [{"port": svc.port, "protocol": "TCP"}],
+                },
+                "status": {"loadBalancer": {"ingress": [{"ip": ip} for ip in svc.ips]}},
+            }
+        )
+        for fam in families:
+            items.append(
+                {
+                    "apiVersion": "discovery.k8s.io/v1",
+                    "kind": "EndpointSlice",
+                    "metadata": {
+                        "name": f"{svc.name}-v{fam}",
+                        "namespace": svc.namespace,
+                        "labels": {"kubernetes.io/service-name": svc.name},
+                    },
+                    "addressType": f"IPv{fam}",
+                    "endpoints": [
+                        {
+                            "addresses": [f"10.244.{n}.10" if fam == 4 else f"fd00:244:{n}::10"],
+                            "nodeName": f"node{n}",
+                            "conditions": {"ready": True},
+                        }
+                        for n in svc.pod_nodes
+                    ],
+                    "ports": [{"port": svc.port, "protocol": "TCP"}],
+                }
+            )
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+
+
+def speaker_config(
+    topo: Topology, *, graceful_restart: bool, drain_window: float, hold_time: int
+) -> str:
+    """The speakers' config: the lab pools, one BGPPeer per family to the router."""
+    pools = [str(POOL4)] + ([str(POOL6)] if topo.ipv6 else [])
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "lab"},
+            "spec": {"addresses": pools},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "lab"},
+            "spec": {"ipAddressPools": ["lab"]},
+        },
+        {
+            "apiVersion": "kube-bgpd.io/v1alpha1",
+            "kind": "SpeakerConfig",
+            "metadata": {"name": "speaker"},
+            "spec": {"drainWindow": f"{drain_window}s", "listen": True},
+        },
+    ]
+    for fam in (4, 6) if topo.ipv6 else (4,):
+        docs.append(
+            {
+                "apiVersion": "metallb.io/v1beta2",
+                "kind": "BGPPeer",
+                "metadata": {"name": f"tor-v{fam}"},
+                "spec": {
+                    "myASN": NODE_ASN,
+                    "peerASN": ROUTER_ASN,
+                    "peerAddress": str(topo.router_address(fam)),
+                    "holdTime": f"{hold_time}s",
+                    "enableGracefulRestart": graceful_restart,
+                },
+            }
+        )
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+@dataclass(slots=True)
+class _Recorded:
+    """What lab.json holds (everything ``status`` and ``down`` need after a restart)."""
+
+    prefix: str
+    directory: str
+    router_kind: str
+    nodes: int
+    ipv6: bool
+    graceful_restart: bool
+    frr_rundir: str | None = None
+    speakers: dict[str, dict[str, int]] = field(default_factory=dict)
+    servers: dict[str, dict[str, int]] = field(default_factory=dict)
+    services: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Lab:
+    """A running lab. Use :meth:`up` (or :meth:`attach` to one that is already up)."""
+
+    def __init__(self, topology: Topology, router: Router, rec: _Recorded, state_dir: Path) -> None:
+        self.topology = topology
+        self.router = router
+        self._rec = rec
+        self.state_dir = state_dir
+        self.dir = Path(rec.directory)
+        self.services: list[LabService] = [LabService(**_svc_args(s)) for s in rec.services]
+
+    # -- bring-up -------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        *,
+        router: str = "frr",
+        nodes: int = 3,
+        ipv6: bool = True,
+        graceful_restart: bool = False,
+        drain_window: float = 2.0,
+        hold_time: int = 9,
+        state_dir: Path | str | None = None,
+        directory: Path | str | None = None,
+        prefix: str | None = None,
+        services: Sequence[LabService] = (),
+        wait: float = 30.0,
+    ) -> Lab:
+        """Build everything and wait until every session is up and the services routed.
+
+        Refuses when a lab is already recorded in ``state_dir`` (run ``lab down``).
+        On any failure, everything already started is torn down.
+        """
+        sdir = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
+        sdir.mkdir(parents=True, exist_ok=True)
+        if (sdir / LAB_FILE).exists():
+            raise LabError(f"a lab is already up ({sdir / LAB_FILE}); run `kube-bgpd lab down`")
+        topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir)
+        lab: Lab | None = None
+        try:
+            base = Path(directory) if directory is not None else sdir / f"lab-{topo.prefix}"
+            base.mkdir(parents=True, exist_ok=True)
+            statics = [topo.node_address(i, f) for i in range(1, nodes + 1) for f in (4, 6)]
+            statics = [a for a in statics if ipv6 or a.version == 4]
+            rtr = make_router(
+                router,
+                topo.router,
+                base / "router",
+                neighbor_ranges=(),
+                static_neighbors=tuple(statics),
+                graceful_restart=graceful_restart,
+                hold_time=hold_time,
+                keepalive_time=max(1, hold_time // 3),
+            )
+            rec = _Recorded(
+                prefix=topo.prefix,
+                directory=str(base),
+                router_kind=router,
+                nodes=nodes,
+                ipv6=ipv6,
+                graceful_restart=graceful_restart,
+                frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
+            )
+            lab = cls(topo, rtr, rec, sdir)
+            lab._save()
+            rtr.start()
+            (base / "config.yaml").write_text(
+                speaker_config(
+                    topo,
+                    graceful_restart=graceful_restart,
+                    drain_window=drain_window,
+                    hold_time=hold_time,
+                )
+            )
+            lab.set_services(services)
+            for i in range(1, nodes + 1):
+                lab._start_server(i)
+                lab.start_speaker(i)
+            lab.wait_sessions(timeout=wait)
+            for svc in services:
+                lab.wait_service(svc, timeout=wait)
+            return lab
+        except BaseException:
+            if lab is not None:
+                lab.down()
+            else:
+                topo.destroy()
+            raise
+
+    @classmethod
+    def attach(cls, state_dir: Path | str | None = None) -> Lab:
+        """The lab recorded in ``state_dir`` (started by another process)."""
+        sdir = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
+        try:
+            rec = _Recorded(**json.loads((sdir / LAB_FILE).read_text()))
+        except FileNotFoundError:
+            raise LabError(f"no lab is up (no {sdir / LAB_FILE})") from None
+        topo = Topology.attach(sdir / f"{rec.prefix}.json")
+        rundir = {"rundir": rec.frr_rundir} if rec.frr_rundir else {}
+        rtr = make_router(rec.router_kind, topo.router, Path(rec.directory) / "router", **rundir)
+        return cls(topo, rtr, rec, sdir)
+
+    # -- services -------------------------------------------------------------------
+
+    @property
+    def dump_path(self) -> Path:
+        return self.dir / "cluster.yaml"
+
+    def set_services(self, services: Iterable[LabService]) -> None:
+        """Declare the cluster's Services: the speakers see the new dump within ~0.5 s."""
+        self.services = list(services)
+        ips = {ip for svc in self.services for ip in svc.ips}
+        for node in self.topology.nodes:
+            have = _lo_addresses(node)
+            for ip in ips - have:
+                node.ip("addr", "add", f"{ip}/{32 if ':' not in ip else 128}", "dev", "lo")
+        text = cluster_dump(self.services, len(self.topology.nodes), self.topology)
+        tmp = self.dump_path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(self.dump_path)  # a new inode: the speakers' poll sees the change
+        self._rec.services = [asdict(s) for s in self.services]
+        self._save()
+
+    def expected_nexthops(self, svc: LabService, family: int = 4) -> set[IPAddress]:
+        """Where the router should send ``svc``'s traffic, by MetalLB's rules."""
+        nodes = range(1, len(self.topology.nodes) + 1) if svc.policy == "Cluster" else svc.pod_nodes
+        return {self.topology.node_address(i, family) for i in nodes}
+
+    def wait_service(self, svc: LabService, timeout: float = 30) -> None:
+        for ip in svc.ips:
+            fam = ipaddress.ip_address(ip).version
+            self.router.wait_fib(ip, self.expected_nexthops(svc, fam), timeout=timeout)
+
+    def node_of(self, address: IPAddress) -> str:
+        for i in range(1, len(self.topology.nodes) + 1):
+            if address in (self.topology.node_address(i, 4), self.topology.node_address(i, 6)):
+                return f"node{i}"
+        return str(address)
+
+    # -- processes ------------------------------------------------------------------
+
+    def _node_dir(self, i: int) -> Path:
+        d = self.dir / f"node{i}"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def _spawn(self, ns: Netns, argv: list[str], log: Path) -> int:
+        with log.open("ab") as out:
+            # A session of its own: the lab outlives `lab up` and a Ctrl-C in its terminal.
+            proc = ns.popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return proc.pid
+
+    def start_speaker(self, i: int) -> int:
+        """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
+        d = self._node_dir(i)
+        argv = [
+            *kube_bgpd_argv(),
+            "speaker",
+            "--config",
+            str(self.dir / "config.yaml"),
+            "--node-name",
+            f"node{i}",
+            "--cluster-file",
+            str(self.dump_path),
+            "--work-dir",
+            str(d / "work"),
+            "--metrics-address",
+            STATUS_ADDRESS,
+        ]
+        pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
+        self._rec.speakers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
+        self._save()
+        return pid
+
+    def speaker_pid(self, i: int) -> int | None:
+        return _alive(self._rec.speakers.get(str(i)))
+
+    def stop_speaker(
+        self, i: int, sig: signal.Signals = signal.SIGTERM, *, timeout: float = 30
+    ) -> int | None:
+        """Signal node I's speaker and wait for it to exit; returns its exit status when
+        it was our child (None otherwise). SIGTERM is the graceful stop (withdraw first)."""
+        pid = self.speaker_pid(i)
+        if pid is None:
+            return None
+        node = self.topology.nodes[i - 1]
+        os.kill(pid, sig)
+        status = node.wait_child(pid, timeout)
+        if status is None:
+            deadline = time.monotonic() + timeout
+            while process_alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            stop_pid(pid, 1.0)
+        self._rec.speakers.pop(str(i), None)
+        self._save()
+        return status
+
+    def _start_server(self, i: int) -> None:
+        d = self._node_dir(i)
+        log = d / "http.log"
+        log.unlink(missing_ok=True)
+        argv = [sys.executable, "-m", "bgpd.lab.httpserver", "--name", f"node{i}"]
+        pid = self._spawn(self.topology.nodes[i - 1], argv, log)
+        self._rec.servers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
+        self._save()
+        deadline = time.monotonic() + 10
+        while b"ready" not in (log.read_bytes() if log.exists() else b""):
+            if time.monotonic() > deadline or not process_alive(pid):
+                raise LabError(f"node{i} HTTP server did not start: {log.read_text()[-500:]}")
+            time.sleep(0.01)
+
+    def wait_sessions(self, timeout: float = 30) -> None:
+        """Every node's session (per family) Established at the router."""
+        per_node = 2 if self._rec.ipv6 else 1
+        self.router.wait_established(len(self.topology.nodes) * per_node, timeout=timeout)
+
+    # -- traffic --------------------------------------------------------------------
+
+    def _client_argv(self, target: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", "bgpd.lab.client", "--target", target, *args]
+
+    def client(self, target: str, *, connections: int = 300, timeout: float = 3) -> Result:
+        """``connections`` fresh connections from the client namespace; per-node counts."""
+        client = self._client_ns()
+        argv = self._client_argv(
+            target, "--connections", str(connections), "--timeout", str(timeout)
+        )
+        out = client.run(argv, timeout=120)
+        return Result.from_json(out.stdout)
+
+    def start_steady_client(self, target: str, *args: str) -> subprocess.Popen[bytes]:
+        """A client that keeps connecting until :meth:`finish_client` (SIGTERM)."""
+        client = self._client_ns()
+        proc = client.popen(
+            self._client_argv(target, "--steady", *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stderr is not None
+        proc.stderr.readline()  # "started": the signal handlers are in place
+        return proc
+
+    @staticmethod
+    def finish_client(proc: subprocess.Popen[bytes], timeout: float = 30) -> Result:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise LabError(f"client failed: {err.decode(errors='replace')[-500:]}")
+        return Result.from_json(out.decode())
+
+    def _client_ns(self) -> Netns:
+        if self.topology.client is None:
+            raise LabError("this lab has no client namespace")
+        return self.topology.client
+
+    # -- status and teardown ------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Sessions, per-service routes (FIB next hops as node names) and processes."""
+        try:
+            sessions = {str(a): s for a, s in self.router.neighbors().items()}
+        except _QUERY_ERRORS as exc:  # status shows a dead router; it never raises
+            sessions = {"error": str(exc)}
+        routes: dict[str, list[str]] = {}
+        for svc in self.services:
+            for ip in svc.ips:
+                try:
+                    routes[ip] = sorted(self.node_of(h) for h in self.router.fib(ip))
+                except _QUERY_ERRORS as exc:
+                    routes[ip] = [f"error: {exc}"]
+        return {
+            "prefix": self._rec.prefix,
+            "directory": str(self.dir),
+            "router": self._rec.router_kind,
+            "namespaces": self.topology.namespaces(),
+            "sessions": sessions,
+            "services": [asdict(s) for s in self.services],
+            "routes": routes,
+            "speakers": {f"node{i}": self.speaker_pid(int(i)) for i in sorted(self._rec.speakers)},
+            "http_servers": {
+                f"node{i}": _alive(entry) for i, entry in sorted(self._rec.servers.items())
+            },
+        }
+
+    def _save(self) -> None:
+        path = self.state_dir / LAB_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self._rec), indent=1))
+        tmp.replace(path)
+
+    def down(self) -> None:
+        """Stop everything, delete the namespaces, forget the lab. Idempotent."""
+        for i in list(self._rec.speakers):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                self.stop_speaker(int(i), signal.SIGKILL, timeout=5)
+        with contextlib.suppress(*_QUERY_ERRORS):
+            self.router.close()
+        self.topology.destroy()
+        if self._rec.frr_rundir:
+            shutil.rmtree(self._rec.frr_rundir, ignore_errors=True)
+        (self.state_dir / LAB_FILE).unlink(missing_ok=True)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+
+def lab_down(state_dir: Path | str | None = None) -> list[str]:
+    """Tear down the recorded lab, then leftovers of crashed runs; names removed."""
+    sdir = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
+    removed: list[str] = []
+    lab_file = sdir / LAB_FILE
+    if lab_file.exists():
+        try:
+            rec = _Recorded(**json.loads(lab_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            rec = None
+        if rec is not None:
+            for entry in [*rec.speakers.values(), *rec.servers.values()]:
+                pid = _alive(entry)
+                if pid is not None:
+                    stop_pid(pid, 1.0)
+            removed += remove_recorded(sdir / f"{rec.prefix}.json")
+            if rec.frr_rundir:
+                shutil.rmtree(rec.frr_rundir, ignore_errors=True)
+        lab_file.unlink(missing_ok=True)
+    removed += cleanup_leftovers(sdir)
+    return removed
+
+
+def _alive(entry: dict[str, int] | None) -> int | None:
+    """The PID of a recorded process if it still runs and is the same process."""
+    if not entry:
+        return None
+    pid = int(entry["pid"])
+    if process_alive(pid) and process_start_time(pid) == entry.get("start_time"):
+        return pid
+    return None
+
+
+def _lo_addresses(ns: Netns) -> set[str]:
+    out = json.loads(ns.ip("-j", "addr", "show", "dev", "lo").stdout or "[]")
+    return {a["local"] for link in out for a in link.get("addr_info", [])}
+
+
+def _svc_args(d: dict[str, Any]) -> dict[str, Any]:
+    return {**d, "ips": tuple(d["ips"]), "pod_nodes": tuple(d["pod_nodes"])}
