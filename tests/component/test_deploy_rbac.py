@@ -1,0 +1,421 @@
+"""deploy/kubernetes RBAC against what the code really asks the API server.
+
+The real `kube-bgpd controller` and `kube-bgpd speaker` run as processes against the API
+simulator and are driven through every kind of write they make. Each request in the
+simulator's log is turned into the attributes kube-apiserver's authorizer sees (verb,
+API group, resource[/subresource], namespace, name; GET on a collection = list, with
+watch=true = watch, on an object = get; POST = create, PUT = update, PATCH = patch,
+DELETE = delete) and must be allowed by the Roles and ClusterRoles bound to that
+component's ServiceAccount in the rendered manifests. The other way round, every verb
+those rules grant must have been used: the manifests grant exactly what the code uses.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import pytest
+import yaml
+
+from bgpd.apisim import ApiSimulatorThread, RequestRecord
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+KUBECTL = "/usr/bin/kubectl"
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+NAMESPACE = "kube-bgpd-system"
+
+
+# --------------------------------------------------------------------------- authorizer
+
+
+@dataclass(frozen=True, slots=True)
+class Attributes:
+    """What the RBAC authorizer decides on, for one resource request."""
+
+    verb: str
+    group: str
+    resource: str  # "services" or "services/status"
+    namespace: str | None
+    name: str | None
+
+
+def attributes(record: RequestRecord) -> Attributes | None:
+    """kube-apiserver's RequestInfo for a resource request; None for discovery, /version
+    and the like (non-resource URLs every authenticated user may read: system:discovery)."""
+    parts = [p for p in record.path.split("/") if p]
+    if parts[:1] == ["api"] and len(parts) > 2:
+        group, rest = "", parts[2:]
+    elif parts[:1] == ["apis"] and len(parts) > 3:
+        group, rest = parts[1], parts[3:]
+    else:
+        return None
+    query = parse_qs(record.query)
+    watch = query.get("watch", ["false"])[0] in ("true", "1")
+    if rest[0] == "watch":  # legacy /watch/ paths
+        watch, rest = True, rest[1:]
+    namespace = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    if record.method == "GET":
+        verb = "watch" if watch else ("get" if name else "list")
+    else:
+        verb = {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection",
+        }[record.method]
+    return Attributes(verb, group, resource, namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """One rule of a bound role, and where it applies (None: cluster-wide)."""
+
+    rule: dict[str, Any]
+    namespace: str | None
+    source: str
+
+    def allows(self, a: Attributes) -> bool:
+        r = self.rule
+        if self.namespace is not None and a.namespace != self.namespace:
+            return False
+        if a.group not in r["apiGroups"] or a.resource not in r["resources"]:
+            return False
+        if a.verb not in r["verbs"]:
+            return False
+        names = r.get("resourceNames")
+        return not names or a.name in names
+
+    def triples(self) -> Iterator[tuple[str, str, str]]:
+        for group in self.rule["apiGroups"]:
+            for resource in self.rule["resources"]:
+                for verb in self.rule["verbs"]:
+                    yield group, resource, verb
+
+
+def grants(docs: list[dict[str, Any]], account: str) -> list[Grant]:
+    """The rules bound to ServiceAccount `account` of NAMESPACE."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
+    out: list[Grant] = []
+    for b in docs:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        subject = {"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}
+        if subject not in b["subjects"]:
+            continue
+        where = b["metadata"].get("namespace") if b["kind"] == "RoleBinding" else None
+        ref = b["roleRef"]
+        role_ns = where if ref["kind"] == "Role" else None
+        role = roles[(ref["kind"], role_ns, ref["name"])]
+        for rule in role["rules"]:
+            # Wildcards would make "exactly what the code uses" meaningless.
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], f"{ref['name']}: wildcard in {field}"
+            out.append(Grant(rule, where, f"{ref['kind']}/{ref['name']}"))
+    return out
+
+
+def check_exact(docs: list[dict[str, Any]], account: str, log: Iterable[RequestRecord]) -> None:
+    """Every request allowed, every granted (group, resource, verb) used."""
+    rules = grants(docs, account)
+    assert rules, f"nothing is bound to {account}"
+    seen = {a for r in log if (a := attributes(r)) is not None}
+    denied = sorted(str(a) for a in seen if not any(g.allows(a) for g in rules))
+    assert not denied, f"{account} would be forbidden:\n" + "\n".join(denied)
+    unused = [
+        (g.source, t)
+        for g in rules
+        for t in g.triples()
+        if not any(g.allows(a) and (a.group, a.resource, a.verb) == t for a in seen)
+    ]
+    assert not unused, f"{account} is granted more than it uses: {unused}"
+
+
+def rendered() -> list[dict[str, Any]]:
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(ROOT / "deploy" / "kubernetes" / "base")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+# --------------------------------------------------------------------------- the authorizer itself
+
+PATHS = [
+    pytest.param(
+        "GET",
+        "/api/v1/services",
+        "limit=500",
+        Attributes("list", "", "services", None, None),
+        id="list-cluster-wide",
+    ),
+    pytest.param(
+        "GET",
+        "/apis/discovery.k8s.io/v1/endpointslices",
+        "watch=true&resourceVersion=5&allowWatchBookmarks=true",
+        Attributes("watch", "discovery.k8s.io", "endpointslices", None, None),
+        id="watch",
+    ),
+    pytest.param(
+        "GET",
+        "/api/v1/watch/nodes",
+        "",
+        Attributes("watch", "", "nodes", None, None),
+        id="legacy-watch-path",
+    ),
+    pytest.param(
+        "PATCH",
+        "/api/v1/namespaces/default/services/web/status",
+        "",
+        Attributes("patch", "", "services/status", "default", "web"),
+        id="subresource",
+    ),
+    pytest.param(
+        "GET",
+        "/api/v1/namespaces",
+        "",
+        Attributes("list", "", "namespaces", None, None),
+        id="list-namespaces",
+    ),
+    pytest.param(
+        "GET",
+        "/api/v1/namespaces/default",
+        "",
+        Attributes("get", "", "namespaces", None, "default"),
+        id="get-namespace",
+    ),
+    pytest.param(
+        "PUT",
+        "/apis/coordination.k8s.io/v1/namespaces/ns/leases/l",
+        "",
+        Attributes("update", "coordination.k8s.io", "leases", "ns", "l"),
+        id="update",
+    ),
+    pytest.param(
+        "POST",
+        "/api/v1/namespaces/ns/events",
+        "",
+        Attributes("create", "", "events", "ns", None),
+        id="create",
+    ),
+    pytest.param("GET", "/apis/discovery.k8s.io/v1", "", None, id="discovery"),
+    pytest.param("GET", "/version", "", None, id="version"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "query", "expected"), PATHS)
+def test_request_attributes(
+    method: str, path: str, query: str, expected: Attributes | None
+) -> None:
+    assert attributes(RequestRecord(method, path, query, 200)) == expected
+
+
+def _docs_with(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"kind": "ClusterRole", "metadata": {"name": "r"}, "rules": rules},
+        {
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "r"},
+            "roleRef": {"kind": "ClusterRole", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "sa", "namespace": NAMESPACE}],
+        },
+    ]
+
+
+_LOG = [
+    RequestRecord("GET", "/api/v1/services", "limit=500", 200),
+    RequestRecord("PATCH", "/api/v1/namespaces/default/services/web/status", "", 200),
+]
+_EXACT = [
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["list"]},
+    {"apiGroups": [""], "resources": ["services/status"], "verbs": ["patch"]},
+]
+
+
+@pytest.mark.parametrize(
+    ("rules", "error"),
+    [
+        pytest.param(_EXACT, None, id="exact"),
+        pytest.param(_EXACT[:1], "would be forbidden", id="missing-subresource"),
+        pytest.param(
+            [*_EXACT, {"apiGroups": [""], "resources": ["services"], "verbs": ["delete"]}],
+            "more than it uses",
+            id="extra-verb",
+        ),
+        pytest.param(
+            [{"apiGroups": [""], "resources": ["services", "services/status"], "verbs": ["*"]}],
+            "wildcard",
+            id="wildcard",
+        ),
+    ],
+)
+def test_check_exact(rules: list[dict[str, Any]], error: str | None) -> None:
+    if error is None:
+        check_exact(_docs_with(rules), "sa", _LOG)
+    else:
+        with pytest.raises(AssertionError, match=error):
+            check_exact(_docs_with(rules), "sa", _LOG)
+
+
+# --------------------------------------------------------------------------- real runs
+
+CONFIG = """
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: services}
+spec:
+  addresses: [10.99.100.0/28]
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor}
+spec:
+  myASN: 64513
+  peerASN: 64512
+  peerAddress: 127.0.0.1
+  peerPort: 1
+  passwordSecret: {name: tor-md5}
+---
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: services}
+spec:
+  ipAddressPools: [services]
+"""
+
+
+def lb_service(name: str, ips: tuple[str, ...] = ()) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "type": "LoadBalancer",
+            "externalTrafficPolicy": "Cluster",
+            "ports": [{"port": 80, "protocol": "TCP"}],
+            "selector": {"app": name},
+        },
+    }
+    if ips:
+        obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
+    return obj
+
+
+def seed(sim: ApiSimulatorThread) -> None:
+    for ns in ("default", NAMESPACE):
+        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+
+def wait_until(
+    predicate: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path
+) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"process exited ({proc.returncode}) before {what}:\n{log.read_text()}"
+            )
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def sim() -> Iterator[ApiSimulatorThread]:
+    with ApiSimulatorThread(bookmark_interval=0.5) as s:
+        seed(s)
+        yield s
+
+
+def start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, POD_NAMESPACE=NAMESPACE)
+    with log.open("wb") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def stop(proc: subprocess.Popen[bytes], log: Path) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"did not stop on SIGTERM:\n{log.read_text()}") from None
+    assert code == 0, log.read_text()
+
+
+def requests(sim: ApiSimulatorThread, method: str, suffix: str) -> list[RequestRecord]:
+    return [r for r in sim.request_log if r.method == method and r.path.endswith(suffix)]
+
+
+def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    sim.store.create(lb_service("web"))
+    log = tmp_path / "controller.log"
+    proc = start(
+        [
+            KUBE_BGPD,
+            "controller",
+            f"--config={config}",
+            f"--kubeconfig={kubeconfig}",
+            "--lease-duration=3",
+            "--renew-deadline=2",
+            "--retry-period=0.5",
+        ],
+        log,
+    )
+    try:
+        # Allocation: status subresource, pool annotation, an IPAllocated Event.
+        def assigned() -> bool:
+            svc = sim.store.get("services", "web", "default")
+            return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
+
+        wait_until(assigned, "an IP for default/web", proc, log)
+        wait_until(lambda: bool(requests(sim, "POST", "/events")), "an Event", proc, log)
+        # Clearing the status makes it assign the same IP again: the identical
+        # IPAllocated Event is folded into the first one (PATCH).
+        svc = sim.store.get("services", "web", "default")
+        assert svc is not None
+        svc["status"] = {"loadBalancer": {}}
+        sim.store.update_status(svc)
+        wait_until(
+            lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
+            "an aggregated Event",
+            proc,
+            log,
+        )
+        # A renewal (PUT) happens every retry period.
+        wait_until(
+            lambda: bool(requests(sim, "PUT", "/leases/kube-bgpd-controller")),
+            "a Lease renewal",
+            proc,
+            log,
+        )
+    finally:
+        stop(proc, log)
+    check_exact(rendered(), "kube-bgpd-controller", sim.request_log)
