@@ -9,16 +9,17 @@ Two kinds of metric live here, as prometheus_client's documentation recommends:
   Counters that another component already keeps (ExaBGP commands sent, ExaBGP restarts,
   MQTT drops) are exposed the same way, so there is one source of truth.
 * Events, recorded inline when they happen: reconcile duration, convergence latency by
-  phase, watch events and relists. Callers record them through `SpeakerMetrics` /
-  `ControllerMetrics` methods, never through prometheus_client objects, so names,
-  labels and buckets stay in this file.
+  phase, watch events and relists. Callers record them through `SpeakerMetrics`,
+  `WatchMetrics` and `ControllerMetrics` methods, never through prometheus_client
+  objects, so names, labels and buckets stay in this file.
 
 The collaborators are small Protocols of our own (`SpeakerView`, `MQTTView`) built from
 `bgpd.model` types: tests hand in plain in-memory implementations and the composition
 root adapts the real driver and reconciler. This module must not import the Kubernetes
 client, the ExaBGP driver, the reconciler or the MQTT publisher (import-linter keeps the
 adapters independent); the Kubernetes watcher reaches the watch counters through plain
-callables the composition root passes it (`SpeakerMetrics.watch_event`, `.relist`).
+an observer the composition root passes it (`WatchMetrics`, matching
+`k8s_watcher.informer.InformerObserver`).
 
 Every metric takes a `registry`, so tests use a fresh `CollectorRegistry` and two
 daemons in one test process never share series. The node is the scrape target, so no
@@ -519,9 +520,12 @@ class WatchMetrics:
         self._relists.labels(kind=kind).inc()
 
 
-class SpeakerMetrics(WatchMetrics):
+class SpeakerMetrics:
     """Everything one speaker exports: the state collector(s) plus the inline event
-    metrics. The composition root creates one and calls its `observe_*` methods."""
+    metrics. The composition root creates one and calls its `observe_*` methods.
+
+    The watch counters (`watch`) may be created first and handed to the cluster source
+    as its observer, because the source exists before the speaker that reads it."""
 
     def __init__(
         self,
@@ -530,9 +534,10 @@ class SpeakerMetrics(WatchMetrics):
         *,
         node: NodeName,
         mqtt: MQTTView | None = None,
+        watch: WatchMetrics | None = None,
     ) -> None:
-        super().__init__(registry)
         self.registry = registry
+        self.watch = watch if watch is not None else WatchMetrics(registry)
         registry.register(SpeakerCollector(view, node=node))
         if mqtt is not None:
             registry.register(MQTTCollector(mqtt))

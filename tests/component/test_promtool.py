@@ -126,8 +126,8 @@ def test_speaker_exposition_passes_promtool_check_metrics() -> None:
     m.observe_reconcile(0.012)
     for phase, seconds in zip(ConvergencePhase, (0.004, 0.002, 0.006), strict=True):
         m.observe_convergence(phase, seconds)
-    m.watch_event("Service", "ADDED")
-    m.relist("EndpointSlice")
+    m.watch.watch_event("Service", "ADDED")
+    m.watch.relist("EndpointSlice")
     text = exposition(reg)
     # The state we fed is in the exposition, not just well-formed text.
     assert b'kube_bgpd_bgp_session_up{peer="router-2"} 0.0' in text
@@ -200,8 +200,8 @@ def prometheus(tmp_path: Path) -> Iterator[int]:
     m.observe_reconcile(0.01)
     for phase in ConvergencePhase:
         m.observe_convergence(phase, 0.004)
-    m.watch_event("Service", "ADDED")
-    m.relist("Service")
+    m.watch.watch_event("Service", "ADDED")
+    m.watch.relist("Service")
     controller = CollectorRegistry()
     ControllerMetrics(controller, lambda: {PoolName("default"): (256, 240)})
     servers = []

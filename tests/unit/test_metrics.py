@@ -20,6 +20,7 @@ from bgpd.metrics import (
     SpeakerMetrics,
     SpeakerProbes,
     StaticSpeakerView,
+    WatchMetrics,
     metric_names,
     metrics_routes,
     serving_services,
@@ -267,7 +268,7 @@ def test_convergence_and_reconcile_histograms() -> None:
 
 def test_watch_counters_are_plain_callables() -> None:
     reg, m = _registry(StaticSpeakerView())
-    on_event, on_relist = m.watch_event, m.relist  # what the watcher receives
+    on_event, on_relist = m.watch.watch_event, m.watch.relist  # what the watcher calls
     on_event("Service", "ADDED")
     on_event("Service", "ADDED")
     on_event("EndpointSlice", "DELETED")
@@ -304,6 +305,16 @@ def test_mqtt_collector_reads_publisher_counters() -> None:
     assert _value(reg, "kube_bgpd_mqtt_events_dropped_total") == 4.0
     assert _value(reg, "kube_bgpd_mqtt_events_queued") == 2.0
     assert _value(reg, "kube_bgpd_mqtt_connects_total") == 3.0
+
+
+def test_watch_counters_created_first_are_shared_with_the_speaker() -> None:
+    """The cluster source (and its observer) exists before the speaker."""
+    reg = CollectorRegistry()
+    watch = WatchMetrics(reg)
+    m = SpeakerMetrics(reg, StaticSpeakerView(), node=NODE, watch=watch)
+    assert m.watch is watch
+    watch.relist("Node")
+    assert _value(reg, "kube_bgpd_watch_relists_total", kind="Node") == 1.0
 
 
 def test_registering_twice_in_one_registry_is_refused() -> None:
