@@ -240,6 +240,7 @@ class Controller:
         self.rounds = 0
         self.writes = 0
         self.source: KubernetesSource | None = None
+        self._kick = asyncio.Event()
 
     def usage(self) -> Mapping[PoolName, tuple[int, int]]:
         """Pool -> (size, in use) from the last round, for ControllerMetrics."""
@@ -262,19 +263,31 @@ class Controller:
             tg.create_task(source.run(), name="controller-informers")
             tg.create_task(self._loop(source), name="controller-loop")
 
+    def set_config(self, config: Config) -> None:
+        """A reloaded config (SIGHUP): the next round allocates with it, right away."""
+        self.config = config
+        self._kick.set()
+
+    async def _wait(self, source: KubernetesSource, within: float | None) -> None:
+        """Until the cluster changed, the config changed, or `within` seconds passed."""
+        changed = asyncio.ensure_future(source.wait_changed())
+        kicked = asyncio.ensure_future(self._kick.wait())
+        try:
+            await asyncio.wait(
+                {changed, kicked}, timeout=within, return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in (changed, kicked):
+                task.cancel()
+            await asyncio.wait({changed, kicked})
+        self._kick.clear()
+
     async def _loop(self, source: KubernetesSource) -> None:
         failures = 0
         retry: float | None = None
         while True:
-            if retry is None:
-                await source.wait_changed()
-            else:
-                # A failed round is retried after a back-off, or sooner if news arrives.
-                try:
-                    async with asyncio.timeout(retry):
-                        await source.wait_changed()
-                except TimeoutError:
-                    pass
+            # A failed round is retried after a back-off, or sooner if news arrives.
+            await self._wait(source, retry)
             if not source.synced:
                 continue
             ok = await self.reconcile(source.snapshot())

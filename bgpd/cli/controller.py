@@ -2,7 +2,8 @@
 
 Parses flags, loads the config, and runs bgpd.controller.run_controller until SIGTERM or
 SIGINT; a signal stops the allocator, releases the Lease (so a standby takes over at
-once) and exits 0. Exit 1: the config is invalid or there are no credentials (neither
+once) and exits 0. SIGHUP re-reads the config files (a broken file keeps the running
+config). Exit 1: the config is invalid or there are no credentials (neither
 fixes itself, so no retry). The leader-election flags are shared with
 `kube-bgpd speaker --with-controller` through `add_leader_flags` and `options_from_args`.
 """
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
     from prometheus_client import CollectorRegistry
 
-    from bgpd.controller import ControllerOptions
+    from bgpd.controller import Controller, ControllerOptions
     from bgpd.model import Config
     from k8s_watcher.client import KubeClient
 
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kube-bgpd controller: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return asyncio.run(_main(args.kubeconfig, config, options, metrics))
+    return asyncio.run(_main(args.kubeconfig, config, options, metrics, list(args.config)))
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -131,6 +132,7 @@ async def _main(
     config: Config,
     options: ControllerOptions,
     metrics: tuple[str, int] | None,
+    config_paths: list[str],
 ) -> int:
     import asyncio
     import signal
@@ -150,15 +152,35 @@ async def _main(
     except CredentialsError as exc:
         print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
+    controllers: list[Controller] = []
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers))
     registry = CollectorRegistry()
     runner = None
     if metrics is not None:
         runner, _ = await start_metrics_listener(registry, *metrics)
     try:
-        return await _supervise(client, config, options, registry, stop)
+        return await _supervise(client, config, options, registry, stop, controllers)
     finally:
         if runner is not None:
             await runner.cleanup()
+
+
+def _reload(paths: list[str], controllers: list[Controller]) -> None:
+    """SIGHUP: re-read the config; a broken file keeps the running config (and says so)."""
+    import logging
+
+    from bgpd.config import ConfigError, load_config_or_raise
+    from bgpd.logs import log
+
+    logger = logging.getLogger("bgpd.cli.controller")
+    try:
+        config, _ = load_config_or_raise(paths)
+    except ConfigError as exc:
+        log(logger, logging.ERROR, "config.reload_failed", error=str(exc), keeping="running config")
+        return
+    for controller in controllers:
+        controller.set_config(config)
+    log(logger, logging.INFO, "config.reloaded")
 
 
 async def _supervise(
@@ -167,6 +189,7 @@ async def _supervise(
     options: ControllerOptions,
     registry: CollectorRegistry,
     stop: asyncio.Event,
+    controllers: list[Controller],
 ) -> int:
     """Run the controller until it fails (exit 1) or `stop` is set (exit 0)."""
     import asyncio
@@ -175,7 +198,14 @@ async def _supervise(
 
     async with client:
         work = asyncio.create_task(
-            run_controller(config, client, options, registry=registry), name="controller"
+            run_controller(
+                config,
+                client,
+                options,
+                registry=registry,
+                elected=lambda _elector, controller: controllers.append(controller),
+            ),
+            name="controller",
         )
         stopper = asyncio.create_task(stop.wait(), name="controller-signal")
         done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)

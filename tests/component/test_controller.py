@@ -315,3 +315,17 @@ async def test_only_one_leader_and_graceful_handover(env: Env) -> None:
         for task in (first, second):
             task.cancel()
         await asyncio.wait({first, second})
+
+
+async def test_config_reload_moves_ips_the_new_config_no_longer_allows(
+    env: Env, tmp_path: Path
+) -> None:
+    sim = env.sim
+    sim.store.create(lb_service("web"))
+    async with env.controller() as controller:
+        await wait_until(lambda: ingress(sim, "web") == ["10.99.0.10"], what="first IP")
+        moved = POOLS.replace("10.99.0.10-10.99.0.11", "10.99.0.20-10.99.0.21")
+        controller.set_config(load(tmp_path, moved))
+        await wait_until(lambda: ingress(sim, "web") == ["10.99.0.20"], what="moved IP")
+        await wait_until(lambda: "ClearAssignment" in reasons(sim, "web"), what="event")
+    assert reasons(sim, "web") == ["IPAllocated", "ClearAssignment", "IPAllocated"]
