@@ -49,6 +49,7 @@ from bgpd.objects import (
 )
 from k8s_watcher.client import KubeClient, object_path
 from k8s_watcher.errors import (
+    CredentialsError,
     KubernetesError,
     MalformedResponse,
     ResourceExpired,
@@ -232,7 +233,8 @@ class Informer(Generic[T]):
     # ------------------------------------------------------------------ loop
 
     async def run(self) -> None:
-        """Run until cancelled. Never raises an API error: every failure is retried."""
+        """Run until cancelled. Every API failure is retried; only CredentialsError (no
+        kubeconfig, no service account) ends it."""
         need_list = True
         resync_at = self._next_resync()
         while True:
@@ -254,6 +256,9 @@ class Informer(Generic[T]):
                     logger, logging.INFO, "informer.expired", kind=self.kind.name, error=exc.message
                 )
                 need_list = True
+            except CredentialsError:
+                # No credentials will not fix itself; let the daemon exit and say why.
+                raise
             except KubernetesError as exc:
                 self.stats.errors += 1
                 self.stats.last_error = exc.message
