@@ -1767,6 +1767,25 @@ _Loader.add_implicit_resolver(
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[object, object]:
+    """SafeConstructor's mapping, but a key written twice is an error. Keys brought in by a
+    `<<` merge may still be overridden, as YAML's merge-key rule says."""
+    written: list[object] = []
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in written
+        except TypeError:
+            duplicate = False
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+        written.append(key)
     loader.flatten_mapping(node)
     out: dict[object, object] = {}
     for key_node, value_node in node.value:
@@ -1780,13 +1799,6 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
                 "found an unhashable key",
                 key_node.start_mark,
             ) from None
-        if key in out:
-            raise yaml.constructor.ConstructorError(
-                "while constructing a mapping",
-                node.start_mark,
-                f"found duplicate key {key!r}",
-                key_node.start_mark,
-            )
         out[key] = loader.construct_object(value_node, deep=True)
     return out
 

@@ -125,6 +125,17 @@ def test_sexagesimal_looking_communities_stay_text_as_in_kubernetes() -> None:
     assert adv.local_pref == 16
 
 
+def test_merge_keys_may_be_overridden() -> None:
+    text = ONE_TOR.replace(
+        "spec: {myASN: 64512, peerASN: 64500, peerAddress: 172.31.250.1}",
+        "spec:\n  <<: &peer {myASN: 64512, peerASN: 64500, peerAddress: 172.31.250.9}\n"
+        "  peerAddress: 172.31.250.1\n",
+    )
+    result = parse_text(text, "m.yaml")
+    assert result.config is not None, [str(e) for e in result.errors]
+    assert str(result.config.peers[0].peer_address) == "172.31.250.1"
+
+
 def test_documents_are_labelled_by_number_and_list_items_by_index(tmp_path: Path) -> None:
     text = ONE_TOR.replace("myASN: 64512", "myASN: 0") + (
         "---\napiVersion: v1\nkind: List\nitems:\n"
