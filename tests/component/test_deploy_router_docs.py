@@ -1,0 +1,129 @@
+"""The configuration shown in the operator docs is checked by the programs that read it.
+
+* every ```frr block of docs/routers.md passes FRR's own check (`vtysh -C -f FILE`), and
+  so do all of them together (what an operator pastes into one frr.conf);
+* every ```bird block passes BIRD's parse-only mode (`bird -p -c FILE`);
+* every ```yaml block of the deployment docs that holds kube-bgpd configuration (MetalLB
+  or kube-bgpd.io kinds) loads without errors; Kubernetes objects pass
+  `kubernetes-validate --strict`.
+
+Both checks are shown to reject a broken block, so they are not vacuous.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bgpd.config import load_config_or_raise
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
+OUR_DOCS = ("quickstart.md", "routers.md", "operations.md", "migrating-from-metallb.md")
+CONFIG_GROUPS = ("metallb.io/", "kube-bgpd.io/")
+
+
+def blocks(doc: str, info: str) -> list[str]:
+    text = (DOCS / doc).read_text()
+    return re.findall(rf"^```{info}\n(.*?)^```", text, re.S | re.M)
+
+
+def check_frr(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "frr.conf"
+    path.write_text(text)
+    return subprocess.run(
+        ["vtysh", "-C", "-f", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def check_bird(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "bird.conf"
+    path.write_text(text)
+    return subprocess.run(
+        ["bird", "-p", "-c", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+Checker = Callable[[str, Path], "subprocess.CompletedProcess[str]"]
+FRR = blocks("routers.md", "frr")
+BIRD = blocks("routers.md", "bird")
+
+
+def test_the_docs_have_router_examples() -> None:
+    assert len(FRR) >= 2
+    assert len(BIRD) >= 2
+
+
+@pytest.mark.parametrize("index", range(len(FRR)))
+def test_frr_block_passes_vtysh_check(index: int, tmp_path: Path) -> None:
+    result = check_frr(FRR[index], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_frr_blocks_together(tmp_path: Path) -> None:
+    result = check_frr("\n".join(FRR), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("index", range(len(BIRD)))
+def test_bird_block_parses(index: int, tmp_path: Path) -> None:
+    result = check_bird(BIRD[index], tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_bird_blocks_together(tmp_path: Path) -> None:
+    result = check_bird("\n".join(BIRD), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("check", "broken"),
+    [
+        pytest.param(check_frr, "router bgp 64512\n neighbour NODES peer-group\n", id="frr"),
+        pytest.param(check_bird, "protocol bgp x { neighbour 1.2.3.4 as 1; }\n", id="bird"),
+    ],
+)
+def test_checks_reject_a_typo(check: Checker, broken: str, tmp_path: Path) -> None:
+    result = check(broken, tmp_path)
+    assert result.returncode != 0
+
+
+def _yaml_blocks() -> list[object]:
+    out = []
+    for doc in OUR_DOCS:
+        if not (DOCS / doc).exists():
+            continue
+        for n, text in enumerate(blocks(doc, "yaml")):
+            out.append(pytest.param(text, id=f"{doc}:{n}"))
+    return out
+
+
+@pytest.mark.parametrize("text", _yaml_blocks())
+def test_yaml_block_is_valid(text: str, tmp_path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    assert docs
+    ours = [d for d in docs if str(d.get("apiVersion", "")).startswith(CONFIG_GROUPS)]
+    kube = [d for d in docs if d not in ours]
+    if ours:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump_all(ours))
+        load_config_or_raise([str(path)])
+    if kube:
+        path = tmp_path / "objects.yaml"
+        path.write_text(yaml.safe_dump_all(kube))
+        result = subprocess.run(
+            [VALIDATE, "--strict", "-k", "1.32.0", "--quiet", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
