@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -27,7 +28,7 @@ from k8s_kit import (
 
 from bgpd.apisim import ApiSimulator
 from bgpd.model import Node, Service
-from k8s_watcher.client import KubeClient
+from k8s_watcher.client import KubeClient, load_configuration
 from k8s_watcher.informer import NODES, SERVICES, Informer, InformerTiming
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
@@ -287,3 +288,60 @@ async def test_periodic_resync_relists_without_churn(env: Env) -> None:
         await wait_until(lambda: informer.stats.resyncs >= 2, what="two resyncs")
     assert rec.events == [("ADDED", "default/a")]
     assert informer.stats.errors == 0
+
+
+class PagingHook(KubeClient):
+    """The real client, with a hook run after each LIST page (not after watches): lets a
+    test act between pages of one paged list, which no timing can hit reliably."""
+
+    def __init__(self, configuration: Any, hook: Callable[[int], None]) -> None:
+        super().__init__(configuration)
+        self.pages = 0
+        self._hook = hook
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        doc = await super().request(method, path, **kwargs)
+        if method == "GET" and "items" in doc:
+            self.pages += 1
+            self._hook(self.pages)
+        return doc
+
+
+async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
+    tmp_path: Path,
+) -> None:
+    """Re-list after a 410 with 2 objects per page; between its first and second page the
+    continue token is compacted away (410 again). The informer must start that list over,
+    and until a list completes the cache must still hold everything it knew, including the
+    object deleted meanwhile, and nothing may be emitted."""
+    seen_mid_list: list[tuple[list[str], int]] = []
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        for i in range(5):
+            sim.store.create(lb_service(f"svc{i}"))
+        rec = Recorder()
+        informer: Informer[Service]
+
+        def hook(page: int) -> None:
+            # Pages 1-3: the first list. Page 4: first page of the re-list after 410.
+            if page == 4:
+                seen_mid_list.append((sorted(informer.cache), len(rec.events)))
+                # Move the RV past the list's, then compact: the continue token expires.
+                sim.store.create(node("unrelated"))
+                sim.compact()
+
+        configuration = await load_configuration(str(kubeconfig))
+        async with PagingHook(configuration, hook) as client:
+            informer = Informer(client, SERVICES, rec, timing=FAST)
+            async with running(informer.run(), "informer"):
+                await wait_until(lambda: informer.has_synced, what="first list")
+                await sim.wait_for_watches(1)
+                mark = len(rec.events)
+                sim.cut_watches()
+                sim.store.delete("services", "svc0", "default")
+                sim.compact()
+                await wait_until(lambda: informer.stats.lists == 2, what="completed re-list")
+                # 3 pages, then 1 page + a 410, then the 4 remaining objects in 2 pages.
+                assert client.pages == 3 + 1 + 2, "the interrupted list was started over"
+    assert seen_mid_list == [([f"default/svc{i}" for i in range(5)], mark)]
+    assert rec.since(mark) == [("DELETED", "default/svc0")]
+    assert informer.stats.relists_expired == 2
