@@ -296,9 +296,15 @@ def test_controller_pod(path: str) -> None:
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    (address,) = [a.split("=", 1)[1] for a in c["args"] if a.startswith("--metrics-address=")]
+    host, _, port = address.rpartition(":")
+    assert host == "$(POD_IP)"
+    assert {"name": "metrics", "containerPort": int(port), "protocol": "TCP"} in c["ports"]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     # The Lease goes to the pod's namespace, which is where the leader Role applies.
     env = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") for e in c["env"]}
     assert env["POD_NAMESPACE"] == "metadata.namespace"
+    assert env["POD_IP"] == "status.podIP"
     leader_role = one(docs, "Role", "kube-bgpd-controller-leader")
     names = {n for r in leader_role["rules"] for n in r.get("resourceNames", [])}
     assert names == {"kube-bgpd-controller"}

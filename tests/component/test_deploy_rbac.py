@@ -13,10 +13,13 @@ those rules grant must have been used: the manifests grant exactly what the code
 from __future__ import annotations
 
 import os
+import random
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,25 +374,55 @@ def requests(sim: ApiSimulatorThread, method: str, suffix: str) -> list[RequestR
     return [r for r in sim.request_log if r.method == method and r.path.endswith(suffix)]
 
 
+def manifest_argv(docs: list[dict[str, Any]], kind: str, name: str, **subst: str) -> list[str]:
+    """The container's command line from the rendered manifest, as the kubelet expands
+    it ($(VAR) from `subst`), with the config path pointing at `subst["config"]`."""
+    (workload,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    argv = [KUBE_BGPD]
+    for arg in container["args"]:
+        arg = re.sub(r"\$\((\w+)\)", lambda m: subst[m.group(1)], arg)
+        argv.append(arg.replace("/etc/kube-bgpd/config.yaml", subst["config"]))
+    return argv
+
+
+def loopback() -> str:
+    """A random 127/8 address, so the manifests' fixed port cannot clash with another run."""
+    rnd = random.SystemRandom()
+    return f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
+
+
 def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     sim.store.create(lb_service("web"))
     log = tmp_path / "controller.log"
-    proc = start(
-        [
-            KUBE_BGPD,
-            "controller",
-            f"--config={config}",
-            f"--kubeconfig={kubeconfig}",
-            "--lease-duration=3",
-            "--renew-deadline=2",
-            "--retry-period=0.5",
-        ],
-        log,
+    docs = rendered()
+    pod_ip = loopback()
+    argv = manifest_argv(
+        docs, "Deployment", "kube-bgpd-controller", POD_IP=pod_ip, config=str(config)
     )
+    # In a pod the credentials are the service account's; here the simulator's. Short
+    # lease timings only make the renewals (PUT) happen within the test.
+    argv += [
+        f"--kubeconfig={kubeconfig}",
+        "--lease-duration=3",
+        "--renew-deadline=2",
+        "--retry-period=0.5",
+    ]
+    proc = start(argv, log)
     try:
+        # The liveness probe's target answers.
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://{pod_ip}:7473/healthz", timeout=1) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_until(healthy, "the controller's /healthz", proc, log)
+
         # Allocation: status subresource, pool annotation, an IPAllocated Event.
         def assigned() -> bool:
             svc = sim.store.get("services", "web", "default")

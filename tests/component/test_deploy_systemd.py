@@ -138,9 +138,14 @@ def test_hardening_and_lifecycle(name: str) -> None:
     assert s["User"] == s["Group"] == ["kube-bgpd"]
 
 
-def test_speaker_stops_gracefully_and_reloads_on_sighup(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", UNITS)
+def test_reload_is_sighup(name: str) -> None:
+    """Both daemons re-read their config files on SIGHUP."""
+    assert unit(name)["Service"]["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+
+
+def test_speaker_stops_gracefully(tmp_path: Path) -> None:
     s = unit("kube-bgpd-speaker.service")["Service"]
-    assert s["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
     # SIGTERM to kube-bgpd only, so it withdraws before it stops ExaBGP itself.
     assert s["KillMode"] == ["mixed"]
     config, _ = load_config_or_raise([str(SYSTEMD / "config.yaml")])
