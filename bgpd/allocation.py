@@ -30,6 +30,10 @@ internal/allocator/allocator.go), which users of MetalLB-style config expect:
   RequireDualStack needs one address of each family from one pool; PreferDualStack
   (with two families) takes both when a pool has both, else one family from the first
   pool that has it, preferring the primary (first listed) family, as MetalLB does.
+  Requested IPs must cover the Service's families, except that a PreferDualStack
+  Service may request one family only (MetalLB rejects that, yet keeps such an IP once
+  held and then flaps adding and clearing the second family; we accept it and add
+  nothing to requested IPs, which is stable).
   Kubernetes always fills spec.ipFamilies; when it is empty (hand-made test objects) the
   family comes from the requested IPs, else IPv4.
 * Sharing (metallb.io/allow-shared-ip): Services may hold the same IP when both carry
@@ -38,8 +42,11 @@ internal/allocator/allocator.go), which users of MetalLB-style config expect:
   kube-proxy would send one Service's traffic to nodes without the other's pods).
   An IP already shared under the key is taken when it is the lowest acceptable address.
 
-Order: Services that already hold IPs are processed first (so they keep them against
-newcomers), each group by namespace/name; the result does not depend on input order.
+Order: first every Service that holds still-valid IPs keeps them (by namespace/name,
+which settles two holders of one IP that may not share it), then PreferDualStack holders
+get their second family, then the rest are allocated, Services that had IPs first, each
+group by namespace/name. The result does not depend on input order, and feeding it
+back (as the next run reads it from status) changes nothing.
 """
 
 from __future__ import annotations
@@ -397,22 +404,31 @@ def _keep_current(
         return None
     if any(state.conflict(req, ip) is not None for ip in current):
         return None
-    ips = current
-    if req.prefer_dual and len(current) == 1:
-        # MetalLB AllocateFromPoolForAdditionalFamily: a PreferDualStack Service with one
-        # address gets the other family from the same pool when it has a free one.
-        (missing,) = set(req.families) - versions
-        extra = state.lowest(pool, req, missing)
-        if extra is not None:
-            ips = (*current, extra)
-    return Assignment(req.key, _order(ips, req.families), pool.name)
+    return Assignment(req.key, _order(current, req.families), pool.name)
+
+
+def _add_family(state: _State, req: _Request, kept: Assignment) -> Assignment:
+    """MetalLB AllocateFromPoolForAdditionalFamily: a PreferDualStack Service holding one
+    address gets the other family from the same pool when it has a free one. Not when
+    the Service requested its IPs: MetalLB adds one there too, then finds the pair
+    unequal to the request on the next pass and clears it, for ever."""
+    if not req.prefer_dual or len(kept.ips) != 1 or req.requested_ips:
+        return kept
+    pool = state.config.pool(kept.pool)
+    assert pool is not None  # kept.pool came from config.pools
+    (missing,) = set(req.families) - {kept.ips[0].version}
+    extra = state.lowest(pool, req, missing)
+    if extra is None:
+        return kept
+    return Assignment(req.key, _order((*kept.ips, extra), req.families), kept.pool)
 
 
 def _assign_requested(
     state: _State, req: _Request, service: Service, namespaces: Mapping[str, Namespace]
 ) -> Assignment:
     ips = req.requested_ips
-    if {ip.version for ip in ips} != set(req.families):
+    versions = {ip.version for ip in ips}
+    if not (versions == set(req.families) or (req.prefer_dual and versions <= set(req.families))):
         raise _Failed(
             FailureReason.IP_FAMILY_MISMATCH,
             f"requested {', '.join(map(str, ips))} but the Service is {_family_name(req.families)}",
@@ -551,12 +567,33 @@ def allocate(
     state = _State(config)
     assignments: dict[ServiceKey, Assignment] = {}
     failures: dict[ServiceKey, AllocationFailure] = {}
+    requests: dict[ServiceKey, _Request] = {}
+    pending: list[Service] = []
+    # Pass 1: every Service that holds valid IPs keeps them before anything new is
+    # handed out, so no Service (not even one processed earlier) can take an address
+    # that a later one holds; that is what makes feeding a result back a no-op.
     for service in ours:
         try:
-            req = _request(service)
-            assignment = _keep_current(state, req, service, namespaces) or _allocate_one(
-                state, req, service, namespaces
-            )
+            req = requests[service.key] = _request(service)
+        except _Failed as failed:
+            failures[service.key] = AllocationFailure(service.key, failed.reason, failed.message)
+            continue
+        kept = _keep_current(state, req, service, namespaces)
+        if kept is None:
+            pending.append(service)
+            continue
+        state.take(req, kept.ips)
+        assignments[service.key] = kept
+    # Pass 2: the second family for PreferDualStack holders, then new allocations.
+    for key, kept in list(assignments.items()):
+        grown = _add_family(state, requests[key], kept)
+        if grown is not kept:
+            state.take(requests[key], [ip for ip in grown.ips if ip not in kept.ips])
+            assignments[key] = grown
+    for service in pending:
+        req = requests[service.key]
+        try:
+            assignment = _allocate_one(state, req, service, namespaces)
         except _Failed as failed:
             failures[service.key] = AllocationFailure(service.key, failed.reason, failed.message)
             continue

@@ -142,6 +142,33 @@ CASES = [
         id="prefer-dual-stack-holder-gains-other-family",
     ),
     pytest.param(
+        [pool("d", "203.0.113.0/31", "2001:db8:100::/127")],
+        [
+            svc(
+                "ns/a", "2001:db8:100::", families=["IPv4", "IPv6"], family_policy="PreferDualStack"
+            ),
+            svc("ns/b", "203.0.113.0"),
+        ],
+        {},
+        {"ns/a": ("d", "203.0.113.1", "2001:db8:100::"), "ns/b": ("d", "203.0.113.0")},
+        id="second-family-never-taken-from-a-later-holder",
+    ),
+    pytest.param(
+        [DUAL],
+        [
+            svc(
+                "ns/a",
+                "2001:db8:100::1",
+                families=["IPv4", "IPv6"],
+                family_policy="PreferDualStack",
+                load_balancer_ip="2001:db8:100::1",
+            )
+        ],
+        {},
+        {"ns/a": ("dual", "2001:db8:100::1")},
+        id="prefer-dual-stack-requested-one-family-kept-as-requested",
+    ),
+    pytest.param(
         [P],
         [svc("ns/a", "198.51.100.3", families=["IPv6"])],
         {},
