@@ -97,6 +97,8 @@ class KubernetesSource:
         self._namespaces: dict[str, Namespace] = {}
         self._dirty: set[ServiceKey] = set()
         self._snapshot: ClusterSnapshot | None = None
+        #: The snapshot last handed out (what the last decision was made from).
+        self.last_snapshot: ClusterSnapshot | None = None
         self._changed = asyncio.Event()
         self._first_change: float | None = None
         self._last_state = (False, True)
@@ -141,6 +143,7 @@ class KubernetesSource:
         is returned); otherwise the dirty Services' slice groups are rebuilt and the
         indexes copied, so a snapshot never changes after it was handed out."""
         if self._snapshot is not None and not self._dirty:
+            self.last_snapshot = self._snapshot
             return self._snapshot
         for key in self._dirty:
             by_name = self._slices.get(key)
@@ -155,6 +158,7 @@ class KubernetesSource:
             nodes=MappingProxyType(dict(self._nodes)),
             namespaces=MappingProxyType(dict(self._namespaces)),
         )
+        self.last_snapshot = self._snapshot
         return self._snapshot
 
     async def wait_changed(self) -> float:
@@ -355,7 +359,8 @@ class SpeakerSource(KubernetesSource):
     def observe_decision(self, decision: Decision) -> None:
         """Record Events for Services this node started or stopped announcing."""
         if self.announcements is not None:
-            services = self._snapshot.services if self._snapshot is not None else {}
+            snap = self.last_snapshot
+            services = snap.services if snap is not None else {}
             self.announcements.observe(self._previous, decision, services)
         self._previous = decision
 
