@@ -45,6 +45,9 @@ class Result:
     errors: dict[str, int] = field(default_factory=dict)
     connections: int = 0
     seconds: float = 0.0
+    #: (CLOCK_MONOTONIC when the failed connection was opened, when it failed, error):
+    #: the clock is system-wide, so a test can line failures up with route changes.
+    failure_log: list[tuple[float, float, str]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -52,6 +55,7 @@ class Result:
     @classmethod
     def from_json(cls, text: str) -> Result:
         data: dict[str, Any] = json.loads(text)
+        data["failure_log"] = [tuple(f) for f in data.get("failure_log", [])]
         return cls(**data)
 
 
@@ -61,10 +65,12 @@ class _Tally:
         self.errors: Counter[str] = Counter()
         self.requests = 0
         self.connections = 0
+        self.failure_log: list[tuple[float, float, str]] = []
 
-    def fail(self, exc: BaseException) -> None:
+    def fail(self, exc: BaseException, opened: float) -> None:
         self.requests += 1
         self.errors[type(exc).__name__] += 1
+        self.failure_log.append((opened, time.monotonic(), type(exc).__name__))
 
     def result(self, seconds: float) -> Result:
         return Result(
@@ -74,6 +80,7 @@ class _Tally:
             errors=dict(sorted(self.errors.items())),
             connections=self.connections,
             seconds=round(seconds, 3),
+            failure_log=self.failure_log,
         )
 
 
@@ -101,7 +108,7 @@ async def _session(
 ) -> None:
     """One connection carrying ``requests`` requests; every failure is counted once."""
     writer: asyncio.StreamWriter | None = None
-    done = 0
+    opened = time.monotonic()
     try:
         async with asyncio.timeout(request_timeout):
             reader, writer = await asyncio.open_connection(target, port)
@@ -115,9 +122,8 @@ async def _session(
                 node = await _read_answer(reader)
             tally.requests += 1
             tally.nodes[node] += 1
-            done += 1
     except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
-        tally.fail(exc)
+        tally.fail(exc, opened)
     finally:
         if writer is not None:
             writer.close()

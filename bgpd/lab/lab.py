@@ -21,9 +21,10 @@ exited or crashed, and removes leftovers of crashed earlier runs; nothing outsid
 lab's namespaces, its directory and FRR's run directory is touched.
 
 Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
-``lab.set_services(...)``, ``start_speaker(i)``, ``stop_speaker(i, sig)``,
-``speaker_pid(i)``, ``client(...)``, ``start_steady_client(...)``, ``status()``,
-``down()``, ``lab_down(state_dir)``.
+``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
+``start_speaker(i)``, ``stop_speaker(i, sig)``, ``speaker_pid(i)``, ``speaker_status(i)``,
+``drain(i)``, ``client(target, connections=300)``, ``start_steady_client(target, *args)``
++ ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``.
 """
 
 from __future__ import annotations
@@ -216,6 +217,8 @@ class _Recorded:
     ipv6: bool
     graceful_restart: bool
     frr_rundir: str | None = None
+    #: True when the lab made its directory itself (then `down` removes it).
+    owns_directory: bool = False
     speakers: dict[str, dict[str, int]] = field(default_factory=dict)
     servers: dict[str, dict[str, int]] = field(default_factory=dict)
     services: list[dict[str, Any]] = field(default_factory=list)
@@ -284,6 +287,7 @@ class Lab:
                 ipv6=ipv6,
                 graceful_restart=graceful_restart,
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
+                owns_directory=directory is None,
             )
             lab = cls(topo, rtr, rec, sdir)
             lab._save()
@@ -419,6 +423,25 @@ class Lab:
         self._save()
         return status
 
+    def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's listener."""
+        argv = [*kube_bgpd_argv(), *args, "--metrics-address", STATUS_ADDRESS]
+        return self.topology.nodes[i - 1].run(argv, check=False, timeout=30)
+
+    def speaker_status(self, i: int) -> dict[str, Any]:
+        """Node I's speaker's ``/status`` document (``kube-bgpd status --json``)."""
+        out = self.speaker_cli(i, "status", "--json")
+        if out.returncode != 0:
+            raise LabError(f"node{i} speaker status: {out.stderr.strip()}")
+        doc: dict[str, Any] = json.loads(out.stdout)
+        return doc
+
+    def drain(self, i: int) -> None:
+        """``kube-bgpd drain`` node I: GRACEFUL_SHUTDOWN, drain window, withdrawal."""
+        out = self.speaker_cli(i, "drain")
+        if out.returncode != 0:
+            raise LabError(f"node{i} drain: {out.stderr.strip()}")
+
     def _start_server(self, i: int) -> None:
         d = self._node_dir(i)
         log = d / "http.log"
@@ -520,8 +543,7 @@ class Lab:
         with contextlib.suppress(*_QUERY_ERRORS):
             self.router.close()
         self.topology.destroy()
-        if self._rec.frr_rundir:
-            shutil.rmtree(self._rec.frr_rundir, ignore_errors=True)
+        _remove_dirs(self._rec)
         (self.state_dir / LAB_FILE).unlink(missing_ok=True)
 
     def __enter__(self) -> Self:
@@ -552,11 +574,17 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
                 if pid is not None:
                     stop_pid(pid, 1.0)
             removed += remove_recorded(sdir / f"{rec.prefix}.json")
-            if rec.frr_rundir:
-                shutil.rmtree(rec.frr_rundir, ignore_errors=True)
+            _remove_dirs(rec)
         lab_file.unlink(missing_ok=True)
-    removed += cleanup_leftovers(sdir)
+    removed += cleanup_leftovers(sdir, include_detached=True)
     return removed
+
+
+def _remove_dirs(rec: _Recorded) -> None:
+    if rec.frr_rundir:
+        shutil.rmtree(rec.frr_rundir, ignore_errors=True)
+    if rec.owns_directory:
+        shutil.rmtree(rec.directory, ignore_errors=True)
 
 
 def _alive(entry: dict[str, int] | None) -> int | None:

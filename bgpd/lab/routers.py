@@ -212,7 +212,10 @@ class Router(ABC):
     def _popen_logged(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
         log = (self.workdir / log_name).open("ab")
         try:
-            proc = self.netns.popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            # Own session: a lab router outlives `kube-bgpd lab up` and its terminal.
+            proc = self.netns.popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         finally:
             log.close()
         self._pids.append(proc.pid)

@@ -37,14 +37,6 @@ from bgpd.lab.topology import Topology
 _counter = itertools.count(1)
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """Remember each phase's report on the item so fixtures can print logs on failure."""
-    outcome = yield
-    rep = outcome.get_result()  # type: ignore[attr-defined]
-    setattr(item, f"rep_{rep.when}", rep)
-
-
 def _failed(request: pytest.FixtureRequest) -> bool:
     rep = getattr(request.node, "rep_call", None)
     return rep is None or rep.failed
