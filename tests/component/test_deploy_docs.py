@@ -7,7 +7,10 @@
   or kube-bgpd.io kinds) loads without errors; Kubernetes objects pass
   `kubernetes-validate --strict`.
 
-Both checks are shown to reject a broken block, so they are not vacuous.
+* every ```yaml-invalid block (a refused MetalLB file) gives, from `kube-bgpd validate`,
+  exactly the ```validate-output block that follows it.
+
+Both router checks are shown to reject a broken block, so they are not vacuous.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,8 +37,10 @@ CONFIG_GROUPS = ("metallb.io/", "kube-bgpd.io/")
 
 
 def blocks(doc: str, info: str) -> list[str]:
+    """The fenced blocks with this info string, dedented (a block may sit in a list)."""
     text = (DOCS / doc).read_text()
-    return re.findall(rf"^```{info}\n(.*?)^```", text, re.S | re.M)
+    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", text, re.S | re.M)
+    return [textwrap.dedent(body) for _indent, body in found]
 
 
 def check_frr(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -54,12 +60,13 @@ def check_bird(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 
 
 Checker = Callable[[str, Path], "subprocess.CompletedProcess[str]"]
-FRR = blocks("routers.md", "frr")
-BIRD = blocks("routers.md", "bird")
+ROUTER_DOC_FRR = blocks("routers.md", "frr")
+FRR = [b for doc in OUR_DOCS for b in blocks(doc, "frr")]
+BIRD = [b for doc in OUR_DOCS for b in blocks(doc, "bird")]
 
 
 def test_the_docs_have_router_examples() -> None:
-    assert len(FRR) >= 2
+    assert len(FRR) > len(ROUTER_DOC_FRR) >= 2
     assert len(BIRD) >= 2
 
 
@@ -70,7 +77,7 @@ def test_frr_block_passes_vtysh_check(index: int, tmp_path: Path) -> None:
 
 
 def test_frr_blocks_together(tmp_path: Path) -> None:
-    result = check_frr("\n".join(FRR), tmp_path)
+    result = check_frr("\n".join(ROUTER_DOC_FRR), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -100,8 +107,6 @@ def test_checks_reject_a_typo(check: Checker, broken: str, tmp_path: Path) -> No
 def _yaml_blocks() -> list[object]:
     out = []
     for doc in OUR_DOCS:
-        if not (DOCS / doc).exists():
-            continue
         for n, text in enumerate(blocks(doc, "yaml")):
             out.append(pytest.param(text, id=f"{doc}:{n}"))
     return out
@@ -127,3 +132,37 @@ def test_yaml_block_is_valid(text: str, tmp_path: Path) -> None:
             timeout=60,
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _refused_examples() -> list[object]:
+    out = []
+    for doc in OUR_DOCS:
+        text = (DOCS / doc).read_text()
+        pairs = re.findall(
+            r"^```yaml-invalid\n(.*?)^```\n.*?^```validate-output\n(.*?)^```", text, re.S | re.M
+        )
+        out += [pytest.param(c, o, id=f"{doc}:{n}") for n, (c, o) in enumerate(pairs)]
+    return out
+
+
+def test_the_docs_show_a_refused_file() -> None:
+    assert _refused_examples()
+
+
+@pytest.mark.parametrize(("config", "output"), _refused_examples())
+def test_refused_example_gives_the_documented_output(
+    config: str, output: str, tmp_path: Path
+) -> None:
+    """Run where the file is, by its name, so the places read as in the docs."""
+    name = re.search(r"^\S+: (\S+?):doc", output, re.M)
+    assert name is not None
+    (tmp_path / name.group(1)).write_text(config)
+    result = subprocess.run(
+        [str(Path(sys.executable).with_name("kube-bgpd")), "validate", name.group(1)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stdout == output
