@@ -16,15 +16,18 @@ Both router checks are shown to reject a broken block, so they are not vacuous.
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
+from bgpd.apisim import ApiSimulatorThread
 from bgpd.config import load_config_or_raise
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
@@ -166,3 +169,74 @@ def test_refused_example_gives_the_documented_output(
     )
     assert result.returncode == 1
     assert result.stdout == output
+
+
+# --------------------------------------------------------------------------- quickstart
+
+
+def _quickstart_config() -> str:
+    (config,) = [b for b in blocks("quickstart.md", "yaml") if "kind: IPAddressPool" in b]
+    return config
+
+
+def _quickstart_service() -> dict[str, object]:
+    (service,) = [b for b in blocks("quickstart.md", "yaml") if "kind: Service" in b]
+    loaded = yaml.safe_load(service)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_quickstart_overlay_steps_render(tmp_path: Path) -> None:
+    """The documented copy-and-edit of the example overlay, run as written in a copy of
+    the repository's deploy/, renders with the quickstart's config in the ConfigMap."""
+    shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
+    (tmp_path / "config.yaml").write_text(_quickstart_config())
+    (steps,) = [b for b in blocks("quickstart.md", "sh") if "overlays/example my-site" in b]
+    subprocess.run(["bash", "-euc", steps], cwd=tmp_path, check=True, timeout=60)
+    out = subprocess.run(
+        ["/usr/bin/kubectl", "kustomize", str(tmp_path / "my-site")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (cm,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap"]
+    assert cm["data"]["config.yaml"] == _quickstart_config()
+
+
+def test_quickstart_service_gets_the_documented_ip(tmp_path: Path) -> None:
+    """The real controller, with the quickstart's config, gives the quickstart's Service
+    the address the page says (10.99.100.1)."""
+    documented = re.search(r"EXTERNAL-IP (\S+):", (DOCS / "quickstart.md").read_text())
+    assert documented is not None
+    config = tmp_path / "config.yaml"
+    config.write_text(_quickstart_config())
+    with ApiSimulatorThread() as sim:
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        sim.store.create(_quickstart_service())
+        log = tmp_path / "controller.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    str(Path(sys.executable).with_name("kube-bgpd")),
+                    "controller",
+                    f"--config={config}",
+                    f"--kubeconfig={kubeconfig}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            deadline = time.monotonic() + 30
+            ingress: list[dict[str, str]] = []
+            while not ingress:
+                assert proc.poll() is None, log.read_text()
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.05)
+                svc = sim.store.get("services", "web", "default") or {}
+                ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress", [])
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0, log.read_text()
+    assert [i["ip"] for i in ingress] == [documented.group(1)]
