@@ -1,0 +1,206 @@
+"""docs/routers.md's FRR and BIRD configurations, run for real against real speakers.
+
+The first ```frr and ```bird blocks of the page are loaded verbatim into a real FRR and
+BIRD in a lab namespace; two real `kube-bgpd speaker` processes (nodes 1 and 2, the
+kube-bgpd side from the same page) announce one Cluster Service. What the page
+promises is checked at the router's kernel FIB and BGP RIB:
+
+* both nodes' paths are installed as one ECMP route (listen range, maximum-paths /
+  merge paths, import filter);
+* a prefix outside the pools is filtered out;
+* `kube-bgpd drain` on node 1 (RFC 8326): node 1's path stays in the RIB with 65535:0
+  but leaves the FIB at once (the policy's local-pref 0), so traffic moves before the
+  withdrawal; after drainWindow the path is withdrawn.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bgpd.lab.routers import BirdRouter, FRRRouter, RouterConfig
+from bgpd.lab.topology import Topology
+
+pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "routers.md"
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+STATUS = "127.0.0.1:7473"  # each node namespace has its own loopback
+SERVICE_IP = "10.99.100.5"
+OUTSIDE_IP = "10.99.101.5"  # not in the router's prefix-list
+DRAIN_WINDOW = 6
+
+
+def doc_block(info: str) -> str:
+    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", DOC.read_text(), re.S | re.M)
+    return textwrap.dedent(found[0][1])
+
+
+class DocsFRR(FRRRouter):
+    def render_bgpd(self) -> str:
+        return doc_block("frr")
+
+
+class DocsBird(BirdRouter):
+    def render(self) -> str:
+        return doc_block("bird")
+
+
+def speaker_config() -> str:
+    """The page's kube-bgpd side, plus a pool for each IP and a short drain window."""
+    (peer,) = [d for d in yaml.safe_load_all(doc_block("yaml")) if d]
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "services"},
+            "spec": {"addresses": ["10.99.100.0/24", "10.99.101.0/24"]},
+        },
+        peer,
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "services"},
+            "spec": {"ipAddressPools": ["services"]},
+        },
+        {
+            "apiVersion": "kube-bgpd.io/v1alpha1",
+            "kind": "SpeakerConfig",
+            "metadata": {"name": "speaker"},
+            "spec": {"drainWindow": f"{DRAIN_WINDOW}s"},
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def cluster_dump(topology: Topology) -> str:
+    items: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"node{i}"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": str(topology.node_address(i))}]
+            },
+        }
+        for i in (1, 2)
+    ]
+    for name, ip in (("web", SERVICE_IP), ("other", OUTSIDE_IP)):
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}"},
+                "spec": {
+                    "type": "LoadBalancer",
+                    "externalTrafficPolicy": "Cluster",
+                    "ports": [{"port": 80}],
+                },
+                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+            }
+        )
+        items.append(
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{name}-a",
+                    "namespace": "shop",
+                    "labels": {"kubernetes.io/service-name": name},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
+                ],
+            }
+        )
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+@pytest.fixture
+def speakers(topology: Topology, tmp_path: Path) -> Iterator[Callable[[], None]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        config = tmp_path / "config.yaml"
+        config.write_text(speaker_config())
+        dump = tmp_path / "cluster.yaml"
+        dump.write_text(cluster_dump(topology))
+        for i in (1, 2):
+            log = tmp_path / f"speaker{i}.log"
+            argv = [
+                KUBE_BGPD,
+                "speaker",
+                f"--config={config}",
+                f"--node-name=node{i}",
+                f"--cluster-file={dump}",
+                f"--work-dir={tmp_path / f'work{i}'}",
+                f"--metrics-address={STATUS}",
+            ]
+            with log.open("wb") as out:
+                procs.append(
+                    topology.nodes[i - 1].popen(argv, stdout=out, stderr=subprocess.STDOUT)
+                )
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("kind", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
+def test_docs_router_config_ecmp_filter_and_gshut(
+    kind: str, topology: Topology, tmp_path: Path, speakers: Callable[[], None]
+) -> None:
+    cls = DocsFRR if kind == "frr" else DocsBird
+    router = cls(topology.router, RouterConfig(), tmp_path / "router")
+    router.start()
+    try:
+        speakers()
+        n1, n2 = topology.node_address(1), topology.node_address(2)
+        prefix = ipaddress.ip_network(f"{SERVICE_IP}/32")
+        router.wait_fib(prefix, {n1, n2}, timeout=60)
+        rib = router.rib()
+        assert {p.next_hop for p in rib[prefix]} == {n1, n2}
+        # The speakers announce the other pool too; the router's filter drops it.
+        assert ipaddress.ip_network(f"{OUTSIDE_IP}/32") not in rib
+
+        drain = topology.nodes[0].run(
+            [KUBE_BGPD, "drain", f"--metrics-address={STATUS}"], check=False, timeout=30
+        )
+        assert drain.returncode == 0, drain.stdout + drain.stderr
+        started = time.monotonic()
+        # Traffic leaves node 1 while its path still exists, marked 65535:0 ...
+        router.wait_fib(prefix, {n2}, timeout=DRAIN_WINDOW)
+        rib = router.rib()
+        drained = [p for p in rib[prefix] if p.next_hop == n1]
+        assert len(drained) == 1
+        assert "65535:0" in drained[0].communities
+        assert time.monotonic() - started < DRAIN_WINDOW
+        # ... and is withdrawn after the window.
+        router.wait_rib(lambda r: {p.next_hop for p in r.get(prefix, [])} == {n2}, timeout=30)
+        assert time.monotonic() - started >= DRAIN_WINDOW - 1
+    except BaseException:
+        sys.stderr.write(f"\n==== {kind} logs\n{router.log_tail()}\n")
+        for log in sorted(tmp_path.glob("speaker*.log")):
+            sys.stderr.write(f"\n==== {log.name}\n{log.read_text(errors='replace')[-3000:]}\n")
+        raise
+    finally:
+        router.close()
