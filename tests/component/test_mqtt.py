@@ -296,6 +296,46 @@ async def test_broker_killed_mid_stream_never_blocks_and_reconnect_republishes(
     assert max(enqueue_times) < 0.02, max(enqueue_times)
 
 
+async def test_a_broker_that_never_answers_delays_nothing() -> None:
+    """A slow broker: TCP accepts, but no CONNACK ever comes. publish() stays O(1), the
+    queue stays bounded and the publisher keeps retrying instead of hanging."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)  # keep the socket open and say nothing
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pub = MQTTPublisher(
+        MQTTConfig(host="127.0.0.1", port=port),
+        node=NODE,
+        max_queue=100,
+        backoff_base=0.05,
+        backoff_cap=0.2,
+        timeout=0.5,
+    )
+    try:
+        async with running(pub) as task:
+            worst = 0.0
+            for i in range(5000):
+                t0 = time.perf_counter()
+                pub.publish(_announce(f"10.{i // 65536}.{i // 256 % 256}.{i % 256}/32"))
+                worst = max(worst, time.perf_counter() - t0)
+                if i % 500 == 0:
+                    await asyncio.sleep(0.1)  # let the publisher try (and time out)
+            await _wait(lambda: len(accepted) >= 2)  # it gave up on one try and retried
+            assert not task.done()
+            assert not pub.connected
+            assert pub.queued == 100
+            assert pub.dropped == 4900
+            assert worst < 0.02, worst
+    finally:
+        for w in accepted:
+            w.close()
+        server.close()
+        await server.wait_closed()
+
+
 async def test_full_queue_drops_oldest_counts_it_and_still_converges(broker: Broker) -> None:
     pub = _publisher(broker.port, max_queue=10)
     async with running(pub):
