@@ -35,6 +35,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--graceful-restart", action="store_true", help="BGP graceful restart on all sessions"
     )
     up.add_argument("--no-ipv6", action="store_true", help="IPv4 only")
+    up.add_argument(
+        "--cluster",
+        choices=("api", "file"),
+        default="api",
+        help="api: API simulator + controller in the router namespace, Services via kubectl "
+        "(default); file: the speakers read a cluster dump the lab writes",
+    )
     up.add_argument("--json", action="store_true", help="print the status as JSON when up")
     st = sub.add_parser("status", help="sessions, routes and processes of the running lab")
     st.add_argument("--json", action="store_true")
@@ -45,8 +52,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("--json", action="store_true")
 
 
-def _print_status(doc: dict[str, Any]) -> None:
-    print(f"lab {doc['prefix']}  router {doc['router']}  files {doc['directory']}")
+def _print_status(doc: dict[str, Any], services_table: str | None) -> None:
+    print(
+        f"lab {doc['prefix']}  router {doc['router']}  cluster {doc['cluster']}  "
+        f"files {doc['directory']}"
+    )
+    if services_table:
+        print(services_table.rstrip())
     print("sessions at the router:")
     for addr, state in doc["sessions"].items():
         print(f"  {addr:<22} {state}")
@@ -56,6 +68,8 @@ def _print_status(doc: dict[str, Any]) -> None:
     for svc in doc["services"]:
         pods = ", ".join(f"node{n}" for n in svc["pod_nodes"])
         print(f"service {svc['namespace']}/{svc['name']}: {svc['policy']}, pods on {pods}")
+    if doc["cluster"] == "api":
+        print(f"controller: {doc['controller'] or 'stopped'}")
     for kind in ("speakers", "http_servers"):
         procs = ", ".join(f"{n} {pid or 'stopped'}" for n, pid in doc[kind].items())
         print(f"{kind.replace('_', ' ')}: {procs}")
@@ -83,10 +97,17 @@ def run(args: argparse.Namespace) -> int:
                 ipv6=not args.no_ipv6,
                 graceful_restart=args.graceful_restart,
                 state_dir=args.state_dir,
+                cluster=args.cluster,
+                apisim_in_process=False,  # this process exits; the simulator must not
                 services=[
                     LabService(
                         "web",
-                        ("10.99.100.1",) if args.no_ipv6 else ("10.99.100.1", "fd00:99:100::1"),
+                        # api: the controller allocates; file: the lab picks the IPs.
+                        ()
+                        if args.cluster == "api"
+                        else ("10.99.100.1",)
+                        if args.no_ipv6
+                        else ("10.99.100.1", "fd00:99:100::1"),
                         pod_nodes=(1, 2),
                     )
                 ],
@@ -110,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(doc, indent=1))
         else:
-            _print_status(doc)
+            _print_status(doc, lab.get_services_table() if doc["cluster"] == "api" else None)
         return 0
     except (LabError, NetnsError, RouterError) as exc:
         print(f"kube-bgpd lab {args.lab_action}: {exc}", file=sys.stderr)

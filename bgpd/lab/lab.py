@@ -39,13 +39,22 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
 import yaml
 
+from bgpd.lab.apicluster import (
+    API_PORT,
+    Kubectl,
+    NetnsApiSimulator,
+    endpoint_slices,
+    namespace_object,
+    node_object,
+    service_object,
+)
 from bgpd.lab.client import Result
 from bgpd.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
 from bgpd.lab.routers import (
@@ -67,6 +76,8 @@ from bgpd.model import IPAddress
 #: Service IP pools the lab's speakers announce from.
 POOL4 = ipaddress.IPv4Network("10.99.100.0/24")
 POOL6 = ipaddress.IPv6Network("fd00:99:100::/120")
+POOL4_RANGE = "10.99.100.1-10.99.100.250"
+POOL6_RANGE = "fd00:99:100::1-fd00:99:100::fa"
 LAB_FILE = "lab.json"
 #: Each speaker's status listener, on its own namespace's loopback.
 STATUS_ADDRESS = "127.0.0.1:7473"
@@ -103,63 +114,28 @@ class LabService:
     port: int = 80
 
 
+def node_addresses(topo: Topology, i: int) -> list[str]:
+    return [str(topo.node_address(i, f)) for f in ((4, 6) if topo.ipv6 else (4,))]
+
+
+def families_of(ips: Iterable[str]) -> list[int]:
+    return sorted({ipaddress.ip_address(ip).version for ip in ips})
+
+
 def cluster_dump(services: Sequence[LabService], nodes: int, topo: Topology) -> str:
     """The ``kubectl get services,endpointslices,nodes -A -o yaml`` the speakers read."""
-    items: list[dict[str, Any]] = []
-    for i in range(1, nodes + 1):
-        addresses = [{"type": "InternalIP", "address": str(topo.node_address(i, 4))}]
-        if topo.ipv6:
-            addresses.append({"type": "InternalIP", "address": str(topo.node_address(i, 6))})
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "metadata": {"name": f"node{i}", "labels": {"kubernetes.io/hostname": f"node{i}"}},
-                "status": {"addresses": addresses},
-            }
-        )
+    items: list[dict[str, Any]] = [
+        node_object(f"node{i}", node_addresses(topo, i)) for i in range(1, nodes + 1)
+    ]
     for svc in services:
-        families = sorted({ipaddress.ip_address(ip).version for ip in svc.ips})
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {
-                    "name": svc.name,
-                    "namespace": svc.namespace,
-                    "uid": f"uid-{svc.name}",
-                },
-                "spec": {
-                    "type": "LoadBalancer",
-                    "externalTrafficPolicy": svc.policy,
-                    "ipFamilies": [f"IPv{f}" for f in families],
-                    "ports": [{"port": svc.port, "protocol": "TCP"}],
-                },
-                "status": {"loadBalancer": {"ingress": [{"ip": ip} for ip in svc.ips]}},
-            }
+        fams = families_of(svc.ips)
+        obj = service_object(svc.name, svc.namespace, policy=svc.policy, families=fams)
+        obj["metadata"]["uid"] = f"uid-{svc.namespace}-{svc.name}"
+        obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in svc.ips]}}
+        items.append(obj)
+        items += endpoint_slices(
+            svc.name, svc.namespace, families=fams, pod_nodes=svc.pod_nodes, port=svc.port
         )
-        for fam in families:
-            items.append(
-                {
-                    "apiVersion": "discovery.k8s.io/v1",
-                    "kind": "EndpointSlice",
-                    "metadata": {
-                        "name": f"{svc.name}-v{fam}",
-                        "namespace": svc.namespace,
-                        "labels": {"kubernetes.io/service-name": svc.name},
-                    },
-                    "addressType": f"IPv{fam}",
-                    "endpoints": [
-                        {
-                            "addresses": [f"10.244.{n}.10" if fam == 4 else f"fd00:244:{n}::10"],
-                            "nodeName": f"node{n}",
-                            "conditions": {"ready": True},
-                        }
-                        for n in svc.pod_nodes
-                    ],
-                    "ports": [{"port": svc.port, "protocol": "TCP"}],
-                }
-            )
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
 
 
@@ -167,7 +143,8 @@ def speaker_config(
     topo: Topology, *, graceful_restart: bool, drain_window: float, hold_time: int
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router."""
-    pools = [str(POOL4)] + ([str(POOL6)] if topo.ipv6 else [])
+    # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
+    pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "metallb.io/v1beta1",
@@ -219,6 +196,13 @@ class _Recorded:
     frr_rundir: str | None = None
     #: True when the lab made its directory itself (then `down` removes it).
     owns_directory: bool = False
+    #: "file": the speakers read a cluster dump the lab writes; "api": the API simulator
+    #: and the controller run in the router namespace, Services are written with kubectl.
+    cluster: str = "file"
+    #: In "api" mode: the speakers watch the API (``--kubeconfig``) instead of reading the
+    #: dump the lab mirrors from the API after each change.
+    speakers_watch_api: bool = False
+    controller: dict[str, int] = field(default_factory=dict)
     speakers: dict[str, dict[str, int]] = field(default_factory=dict)
     servers: dict[str, dict[str, int]] = field(default_factory=dict)
     services: list[dict[str, Any]] = field(default_factory=list)
@@ -234,6 +218,16 @@ class Lab:
         self.state_dir = state_dir
         self.dir = Path(rec.directory)
         self.services: list[LabService] = [LabService(**_svc_args(s)) for s in rec.services]
+        #: The in-process API simulator (tests' fault hooks), when this process runs it.
+        self.apisim: NetnsApiSimulator | None = None
+        self.kubectl: Kubectl | None = (
+            Kubectl(topology.router, self.kubeconfig) if rec.cluster == "api" else None
+        )
+
+    @property
+    def kubeconfig(self) -> Path:
+        """Reaches the API simulator from any lab namespace (172.31.250.1:6443)."""
+        return self.dir / "kubeconfig"
 
     # -- bring-up -------------------------------------------------------------------
 
@@ -252,12 +246,19 @@ class Lab:
         prefix: str | None = None,
         services: Sequence[LabService] = (),
         wait: float = 30.0,
+        cluster: str = "file",
+        apisim_in_process: bool = True,
+        speakers_watch_api: bool = False,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
         Refuses when a lab is already recorded in ``state_dir`` (run ``lab down``).
-        On any failure, everything already started is torn down.
+        On any failure, everything already started is torn down. ``cluster="api"`` runs
+        the API simulator (in this process unless ``apisim_in_process=False``) and the
+        controller in the router namespace; services then get their IPs from the pools.
         """
+        if cluster not in ("file", "api"):
+            raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
         sdir = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
         sdir.mkdir(parents=True, exist_ok=True)
         if (sdir / LAB_FILE).exists():
@@ -288,6 +289,8 @@ class Lab:
                 graceful_restart=graceful_restart,
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
                 owns_directory=directory is None,
+                cluster=cluster,
+                speakers_watch_api=speakers_watch_api,
             )
             lab = cls(topo, rtr, rec, sdir)
             lab._save()
@@ -300,12 +303,14 @@ class Lab:
                     hold_time=hold_time,
                 )
             )
-            lab.set_services(services)
+            if cluster == "api":
+                lab._start_api(in_process=apisim_in_process)
+            lab.set_services(services, timeout=wait)
             for i in range(1, nodes + 1):
                 lab._start_server(i)
                 lab.start_speaker(i)
             lab.wait_sessions(timeout=wait)
-            for svc in services:
+            for svc in lab.services:
                 lab.wait_service(svc, timeout=wait)
             return lab
         except BaseException:
@@ -334,20 +339,160 @@ class Lab:
     def dump_path(self) -> Path:
         return self.dir / "cluster.yaml"
 
-    def set_services(self, services: Iterable[LabService]) -> None:
-        """Declare the cluster's Services: the speakers see the new dump within ~0.5 s."""
+    def set_services(self, services: Iterable[LabService], *, timeout: float = 30) -> None:
+        """Declare the cluster's Services (the whole set).
+
+        File mode: the speakers see the new dump within ~0.5 s. API mode: the Services and
+        their EndpointSlices are applied with kubectl (gone ones deleted), the controller
+        allocates their IPs (``ips`` of a LabService are then requested IPs, or empty),
+        and ``self.services`` holds the allocated IPs. Either way every service IP is put
+        on every node's ``lo`` for the HTTP servers.
+        """
         self.services = list(services)
+        if self._rec.cluster == "api":
+            self.services = self._apply_api_services(self.services, timeout)
         ips = {ip for svc in self.services for ip in svc.ips}
         for node in self.topology.nodes:
             have = _lo_addresses(node)
             for ip in ips - have:
                 node.ip("addr", "add", f"{ip}/{32 if ':' not in ip else 128}", "dev", "lo")
-        text = cluster_dump(self.services, len(self.topology.nodes), self.topology)
+        if self._rec.cluster == "file":
+            self._write_dump(cluster_dump(self.services, len(self.topology.nodes), self.topology))
+        elif not self._rec.speakers_watch_api:
+            self._mirror_api()
+        self._rec.services = [asdict(s) for s in self.services]
+        self._save()
+
+    def _write_dump(self, text: str) -> None:
         tmp = self.dump_path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(self.dump_path)  # a new inode: the speakers' poll sees the change
-        self._rec.services = [asdict(s) for s in self.services]
+
+    # -- the API side ---------------------------------------------------------------
+
+    def _api(self) -> Kubectl:
+        if self.kubectl is None:
+            raise LabError("this lab runs without the API simulator (cluster=file)")
+        return self.kubectl
+
+    def _start_api(self, *, in_process: bool) -> None:
+        host = str(self.topology.router_address(4))
+        if in_process:
+            self.apisim = NetnsApiSimulator(self.topology.router.name, host=host, port=API_PORT)
+            self.apisim.__enter__()
+            self.apisim.write_kubeconfig(self.kubeconfig)
+        else:
+            argv = [
+                *kube_bgpd_argv(),
+                "apiserver-sim",
+                "--listen",
+                f"{host}:{API_PORT}",
+                "--kubeconfig-out",
+                str(self.kubeconfig),
+            ]
+            self._spawn(self.topology.router, argv, self.dir / "apisim.log")
+            deadline = time.monotonic() + 20
+            while not self.kubeconfig.exists():
+                if time.monotonic() > deadline:
+                    raise LabError(f"API simulator did not start: {_tail(self.dir / 'apisim.log')}")
+                time.sleep(0.02)
+        kubectl = self._api()
+        nodes = [
+            node_object(f"node{i}", node_addresses(self.topology, i))
+            for i in range(1, len(self.topology.nodes) + 1)
+        ]
+        kubectl.apply([namespace_object("demo"), *nodes])
+        argv = [
+            *kube_bgpd_argv(),
+            "controller",
+            "--config",
+            str(self.dir / "config.yaml"),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--lease-namespace",
+            "default",
+        ]
+        pid = self._spawn(self.topology.router, argv, self.dir / "controller.log")
+        self._rec.controller = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
+
+    def _apply_api_services(self, services: list[LabService], timeout: float) -> list[LabService]:
+        kubectl = self._api()
+        wanted = {(s.namespace, s.name) for s in services}
+        for old in self.services_in_api():
+            if (old["metadata"]["namespace"], old["metadata"]["name"]) not in wanted:
+                kubectl.delete("service", old["metadata"]["name"], old["metadata"]["namespace"])
+                for fam in (4, 6):
+                    kubectl.delete(
+                        "endpointslice",
+                        f"{old['metadata']['name']}-v{fam}",
+                        old["metadata"]["namespace"],
+                    )
+        objects: list[dict[str, Any]] = []
+        for svc in services:
+            fams = families_of(svc.ips) if svc.ips else ([4, 6] if self.topology.ipv6 else [4])
+            objects.append(
+                service_object(
+                    svc.name,
+                    svc.namespace,
+                    policy=svc.policy,
+                    families=fams,
+                    port=svc.port,
+                    requested_ips=svc.ips,
+                )
+            )
+            objects += endpoint_slices(
+                svc.name, svc.namespace, families=fams, pod_nodes=svc.pod_nodes, port=svc.port
+            )
+        kubectl.apply(objects)
+        # Wait for the controller's allocation (status.loadBalancer.ingress).
+        deadline = time.monotonic() + timeout
+        while True:
+            current = {
+                (o["metadata"]["namespace"], o["metadata"]["name"]): o
+                for o in self.services_in_api()
+            }
+            out = []
+            for svc in services:
+                obj = current.get((svc.namespace, svc.name), {})
+                ingress = obj.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+                ips = tuple(i["ip"] for i in ingress if i.get("ip"))
+                fams = families_of(svc.ips) if svc.ips else ([4, 6] if self.topology.ipv6 else [4])
+                if len(ips) < len(fams):
+                    break
+                out.append(replace(svc, ips=ips))
+            else:
+                return out
+            if time.monotonic() > deadline:
+                raise LabError(
+                    f"the controller did not allocate every Service's IPs: "
+                    f"{_tail(self.dir / 'controller.log')}"
+                )
+            time.sleep(0.05)
+
+    def get_services_table(self) -> str:
+        """``kubectl get svc -A`` with the columns a user looks at (the simulator does not
+        render server-side tables, so the columns are asked for by name)."""
+        columns = ",".join(
+            [
+                "NAMESPACE:.metadata.namespace",
+                "NAME:.metadata.name",
+                "TYPE:.spec.type",
+                "EXTERNAL-IP:.status.loadBalancer.ingress[*].ip",
+                "PORT(S):.spec.ports[*].port",
+                "TRAFFIC-POLICY:.spec.externalTrafficPolicy",
+            ]
+        )
+        return self._api().text("get", "services", "-A", "-o", f"custom-columns={columns}")
+
+    def services_in_api(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._api().get_json("services", "-A")["items"]
+        return [o for o in items if o.get("spec", {}).get("type") == "LoadBalancer"]
+
+    def _mirror_api(self) -> None:
+        """Write the API's Services, EndpointSlices and Nodes as the speakers' dump."""
+        text = self._api().text("get", "services,endpointslices,nodes", "-A", "-o", "yaml")
+        self._write_dump(text)
 
     def expected_nexthops(self, svc: LabService, family: int = 4) -> set[IPAddress]:
         """Where the router should send ``svc``'s traffic, by MetalLB's rules."""
@@ -381,6 +526,11 @@ class Lab:
     def start_speaker(self, i: int) -> int:
         """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
         d = self._node_dir(i)
+        source = (
+            ["--kubeconfig", str(self.kubeconfig)]
+            if self._rec.speakers_watch_api
+            else ["--cluster-file", str(self.dump_path)]
+        )
         argv = [
             *kube_bgpd_argv(),
             "speaker",
@@ -388,8 +538,7 @@ class Lab:
             str(self.dir / "config.yaml"),
             "--node-name",
             f"node{i}",
-            "--cluster-file",
-            str(self.dump_path),
+            *source,
             "--work-dir",
             str(d / "work"),
             "--metrics-address",
@@ -519,6 +668,8 @@ class Lab:
             "prefix": self._rec.prefix,
             "directory": str(self.dir),
             "router": self._rec.router_kind,
+            "cluster": self._rec.cluster,
+            "controller": _alive(self._rec.controller),
             "namespaces": self.topology.namespaces(),
             "sessions": sessions,
             "services": [asdict(s) for s in self.services],
@@ -543,6 +694,9 @@ class Lab:
         with contextlib.suppress(*_QUERY_ERRORS):
             self.router.close()
         self.topology.destroy()
+        if self.apisim is not None:
+            self.apisim.__exit__(None, None, None)
+            self.apisim = None
         _remove_dirs(self._rec)
         (self.state_dir / LAB_FILE).unlink(missing_ok=True)
 
@@ -569,7 +723,7 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
         except (OSError, ValueError, TypeError):
             rec = None
         if rec is not None:
-            for entry in [*rec.speakers.values(), *rec.servers.values()]:
+            for entry in [*rec.speakers.values(), *rec.servers.values(), rec.controller]:
                 pid = _alive(entry)
                 if pid is not None:
                     stop_pid(pid, 1.0)
@@ -600,6 +754,13 @@ def _alive(entry: dict[str, int] | None) -> int | None:
 def _lo_addresses(ns: Netns) -> set[str]:
     out = json.loads(ns.ip("-j", "addr", "show", "dev", "lo").stdout or "[]")
     return {a["local"] for link in out for a in link.get("addr_info", [])}
+
+
+def _tail(path: Path, chars: int = 1500) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""
 
 
 def _svc_args(d: dict[str, Any]) -> dict[str, Any]:

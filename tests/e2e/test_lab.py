@@ -220,3 +220,27 @@ def test_lab_status_reports_what_runs(make_lab: Callable[..., Lab]) -> None:
     assert len(doc["sessions"]) == 6
     assert all(pid for pid in doc["speakers"].values())
     assert all(pid for pid in doc["http_servers"].values())
+
+
+def test_api_cluster_controller_allocates_and_routes_follow(
+    make_lab: Callable[..., Lab],
+) -> None:
+    """The API simulator and the controller in the router namespace: Services written
+    with kubectl get their IPs from the pool; the router's routes follow them."""
+    lab = make_lab("bird", cluster="api", services=[LabService("web", (), pod_nodes=(1, 2))])
+    [web] = lab.services
+    assert web.ips == ("10.99.100.1", "fd00:99:100::1")
+    assert "10.99.100.1,fd00:99:100::1" in lab.get_services_table()
+    assert lab.router.fib(IP4) == nodes(lab, 1, 2, 3)
+
+    api = LabService("api", (), pod_nodes=(3,), policy="Local")
+    lab.set_services([web, api])
+    [_, api] = lab.services
+    assert api.ips == ("10.99.100.2", "fd00:99:100::2")
+    lab.wait_service(api)
+    assert lab.router.fib("10.99.100.2") == nodes(lab, 3)
+    assert set(lab.client("10.99.100.2", connections=30).per_node) == {"node3"}
+
+    lab.set_services([api])  # web deleted: its IPs withdrawn
+    lab.router.wait_fib(IP4, set(), timeout=10)
+    lab.router.wait_fib(IP6, set(), timeout=10)
