@@ -173,6 +173,33 @@ def has_serving_endpoint(snapshot: ClusterSnapshot, service: Service, node: Node
     return any(ep.can_serve for s in slices for ep in s.endpoints)
 
 
+def endpoint_detail(snapshot: ClusterSnapshot, service: Service, node: NodeName) -> str:
+    """What the endpoints look like when a Service is skipped for them, so explain can
+    tell "no pods at all" from "pods elsewhere" from "pods not ready" without kubectl."""
+    slices = snapshot.endpoint_slices.get(service.key, ())
+    endpoints = [ep for s in slices for ep in s.endpoints]
+    if not slices:
+        return "no EndpointSlice for this Service"
+    if not endpoints:
+        return "its EndpointSlices hold no endpoint"
+    if service.external_traffic_policy is TrafficPolicy.LOCAL:
+        here = [ep for ep in endpoints if ep.node_name == node]
+        elsewhere = sorted({ep.node_name for ep in endpoints if ep.can_serve and ep.node_name})
+        parts = []
+        if here:
+            parts.append(f"{_plural(len(here), 'endpoint')} on {node}, none ready or serving")
+        else:
+            parts.append(f"no endpoint on {node}")
+        if elsewhere:
+            parts.append(f"serving on {_names(elsewhere)}")
+        return "; ".join(parts)
+    return f"{_plural(len(endpoints), 'endpoint')}, none ready or serving"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 @dataclass(frozen=True, slots=True)
 class _Miss:
     reason: SkipReason
@@ -375,7 +402,11 @@ def decide(config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decisio
         if not has_serving_endpoint(snapshot, svc, node):
             local = svc.external_traffic_policy is TrafficPolicy.LOCAL
             skipped.append(
-                Skip(key, SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS)
+                Skip(
+                    key,
+                    SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS,
+                    detail=endpoint_detail(snapshot, svc, node),
+                )
             )
             continue
         for ip in dict.fromkeys(svc.ingress_ips):

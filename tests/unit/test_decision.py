@@ -553,6 +553,44 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
         ),
         pytest.param(
             BASE,
+            cluster([svc(S, "198.51.100.1", local=True)], [eps(S, ep("n2"), ep("n3"))], [N1]),
+            "no endpoint on n1; serving on n2, n3",
+            id="local-endpoints-elsewhere",
+        ),
+        pytest.param(
+            BASE,
+            cluster(
+                [svc(S, "198.51.100.1", local=True)],
+                [eps(S, ep("n1", ready=False), ep("n2"), ep("n2", ready=False))],
+                [N1],
+            ),
+            "1 endpoint on n1, none ready or serving; serving on n2",
+            id="local-endpoint-not-ready",
+        ),
+        pytest.param(
+            BASE,
+            cluster([svc(S, "198.51.100.1")], [], [N1]),
+            "no EndpointSlice for this Service",
+            id="no-slices",
+        ),
+        pytest.param(
+            BASE,
+            cluster([svc(S, "198.51.100.1")], [eps(S)], [N1]),
+            "its EndpointSlices hold no endpoint",
+            id="empty-slice",
+        ),
+        pytest.param(
+            BASE,
+            cluster(
+                [svc(S, "198.51.100.1")],
+                [eps(S, ep("n1", ready=False), ep("n2", serving=False, ready=False))],
+                [N1],
+            ),
+            "2 endpoints, none ready or serving",
+            id="cluster-none-serving",
+        ),
+        pytest.param(
+            BASE,
             cluster([svc(S, "198.51.100.1", lb_class="other.io/lb")], [], [N1]),
             "loadBalancerClass other.io/lb; this speaker serves Services without a class",
             id="class-detail",

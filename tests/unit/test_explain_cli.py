@@ -52,7 +52,16 @@ OTHER_CLASS = {
     "this speaker serves Services without a class",
 }
 PENDING = {"service": "shop/pending", "reason": "noIPAllocated"}
-BATCH = {"service": "shop/batch", "reason": "noEndpoints"}
+BATCH = {
+    "service": "shop/batch",
+    "reason": "noEndpoints",
+    "detail": "1 endpoint, none ready or serving",
+}
+API_NOT_ON_N1 = {
+    "service": "shop/api",
+    "reason": "noLocalEndpoints",
+    "detail": "no endpoint on n1; serving on n2",
+}
 
 EVERY_NODE = [
     {
@@ -60,7 +69,7 @@ EVERY_NODE = [
         "routes": [WEB_V4, WEB_V6],
         "skipped": [
             OTHER_CLASS,
-            {"service": "shop/api", "reason": "noLocalEndpoints"},
+            API_NOT_ON_N1,
             BATCH,
             PENDING,
         ],
@@ -100,7 +109,7 @@ def test_json_filtered_by_service() -> None:
         {
             "node": "n1",
             "routes": [],
-            "skipped": [{"service": "shop/api", "reason": "noLocalEndpoints"}],
+            "skipped": [API_NOT_ON_N1],
         },
         {"node": "n2", "routes": [API], "skipped": []},
         {
