@@ -711,6 +711,13 @@ async def _body(request: web.Request, *, required: bool = True) -> dict[str, Any
             raise bad_request("the request has no body")
         return {}
     content_type = request.headers.get("Content-Type", _JSON).split(";")[0].strip()
+    if "protobuf" in content_type or "cbor" in content_type:
+        # client-go falls back to JSON on 415 for the encodings we do not speak.
+        raise ApiError(
+            415,
+            f"the body of the request was in an unknown format - accepted media types "
+            f"include: application/json, application/yaml (got {content_type})",
+        )
     try:
         doc = yaml.safe_load(text) if "yaml" in content_type else json.loads(text)
     except (ValueError, yaml.YAMLError) as exc:
