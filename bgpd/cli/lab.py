@@ -6,7 +6,8 @@ keep-alive HTTP server, and a client namespace; one Service ``demo/web`` on
 10.99.100.1 and fd00:99:100::1 with pods on node1 and node2. ``status`` shows sessions,
 the router's ECMP next hops per service IP and the processes; ``client`` sends traffic
 from the client namespace and prints the spread; ``down`` removes the lab and any leftover
-of an earlier crashed run (only what was recorded). This module only parses arguments and
+of an earlier crashed run (only what was recorded); ``demo`` is `make demo`
+(bgpd.lab.demo). This module only parses arguments and
 prints; the lab is bgpd.lab's.
 """
 
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 EXIT_FAIL = 1
@@ -46,6 +48,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     st = sub.add_parser("status", help="sessions, routes and processes of the running lab")
     st.add_argument("--json", action="store_true")
     sub.add_parser("down", help="tear the lab (and leftovers of crashed runs) down")
+    demo = sub.add_parser(
+        "demo",
+        help="bring the lab up, narrate five steps, tear it down "
+        "(DEMO_NONINTERACTIVE=1: no pauses)",
+    )
+    demo.add_argument("--router", choices=("frr", "bird"), default="frr")
     cl = sub.add_parser("client", help="connections from the client namespace, spread per node")
     cl.add_argument("target", nargs="?", default="10.99.100.1", help="service IP")
     cl.add_argument("--connections", type=int, default=300)
@@ -84,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
         print("kube-bgpd lab: needs root (network namespaces, FRR)", file=sys.stderr)
         return EXIT_FAIL
     try:
+        if args.lab_action == "demo":
+            from bgpd.lab.demo import interactive_default, run_demo
+
+            return run_demo(
+                router=args.router,
+                interactive=interactive_default(),
+                state_dir=Path(args.state_dir) if args.state_dir else None,
+            )
         if args.lab_action == "down":
             removed = lab_down(args.state_dir)
             print(

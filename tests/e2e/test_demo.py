@@ -1,0 +1,46 @@
+"""`kube-bgpd lab demo` (what `make demo` runs) goes through its five steps and cleans up."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from bgpd.lab.demo import run_demo
+from bgpd.lab.lab import Lab
+from bgpd.lab.netns import netns_exists, process_alive
+
+pytestmark = [pytest.mark.e2e, pytest.mark.root]
+
+
+@pytest.mark.parametrize("router", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
+def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> None:
+    out = io.StringIO()
+    seen: list[Lab] = []
+    pids: list[int] = []
+
+    def on_lab(lab: Lab) -> None:
+        seen.append(lab)
+        pids.extend(p for ns in lab.topology.all_netns() for p in ns.pids)
+
+    status = run_demo(router=router, interactive=False, out=out, state_dir=tmp_path, on_lab=on_lab)
+    text = out.getvalue()
+    assert status == 0, text
+    for n in range(1, 6):
+        assert f"==> [{n}/5]" in text, text
+    assert re.search(
+        r"demo\s+web\s+LoadBalancer\s+10\.99\.100\.1,fd00:99:100::1\s+80\s+Cluster", text
+    )
+    assert "=> node1, node2, node3" in text
+    assert "=> node1, node2\n" in text  # Local
+    assert "=> node2\n" in text  # node1's speaker stopped
+    assert re.search(r"300 requests -> node1: \d+, node2: \d+, node3: \d+; 0 failed", text)
+    assert "demo finished" in text
+    # Torn down: no namespace, no process, no state left.
+    [lab] = seen
+    assert not any(netns_exists(n) for n in lab.topology.namespaces())
+    assert len(pids) >= 8  # router, controller, three speakers, three HTTP servers
+    assert [p for p in pids if process_alive(p)] == []
+    assert list(tmp_path.glob("*.json")) == []
