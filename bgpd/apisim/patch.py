@@ -16,7 +16,6 @@ Inputs are never mutated. Errors raise `PatchError`, which the server turns into
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -32,13 +31,22 @@ class PatchError(Exception):
         self.code = code
 
 
+def clone(value: Json) -> Json:
+    """A deep copy of a JSON value; several times cheaper than copy.deepcopy."""
+    if isinstance(value, Mapping):
+        return {k: clone(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clone(v) for v in value]
+    return value
+
+
 # ------------------------------------------------------------------ RFC 7386 merge patch
 
 
 def merge_patch(target: Json, patch: Json) -> Json:
     """Apply a JSON merge patch (RFC 7386 section 2) and return the new document."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return clone(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
         if value is None:
@@ -55,25 +63,25 @@ def json_patch(doc: Json, ops: Json) -> Json:
     """Apply a JSON patch (RFC 6902) to a copy of `doc`; all operations or none."""
     if not isinstance(ops, list):
         raise PatchError("json patch must be a list of operations", 400)
-    result = copy.deepcopy(doc)
+    result = clone(doc)
     for op in ops:
         if not isinstance(op, dict) or "op" not in op or "path" not in op:
             raise PatchError(f"invalid json patch operation: {json.dumps(op)}", 400)
         kind = op["op"]
         path = _pointer(op["path"])
         if kind == "add":
-            result = _add(result, path, copy.deepcopy(_value(op)))
+            result = _add(result, path, clone(_value(op)))
         elif kind == "remove":
             result, _ = _remove(result, path)
         elif kind == "replace":
             result, _ = _remove(result, path)
-            result = _add(result, path, copy.deepcopy(_value(op)))
+            result = _add(result, path, clone(_value(op)))
         elif kind in ("move", "copy"):
             source = _pointer(op.get("from", ""))
             if kind == "move":
                 result, moved = _remove(result, source)
             else:
-                moved = copy.deepcopy(_get(result, source))
+                moved = clone(_get(result, source))
             result = _add(result, path, moved)
         elif kind == "test":
             if _get(result, path) != _value(op):

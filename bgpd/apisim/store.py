@@ -20,7 +20,6 @@ Public names other helpers use: `Store.create`, `update`, `update_status`, `patc
 from __future__ import annotations
 
 import bisect
-import copy
 import json
 import random
 import uuid
@@ -39,7 +38,7 @@ from bgpd.apisim.errors import (
     invalid,
     not_found,
 )
-from bgpd.apisim.patch import PatchError, json_patch, merge_patch, strategic_merge
+from bgpd.apisim.patch import PatchError, clone, json_patch, merge_patch, strategic_merge
 from bgpd.apisim.resources import ResourceDef, ResourceTable
 
 Obj = dict[str, Any]
@@ -111,7 +110,7 @@ class WatchEvent:
         if cached is not None:
             return cached
         if event_type == "DELETED" and self.type != "DELETED" and self.old is not None:
-            prior = copy.deepcopy(self.old.obj)
+            prior = clone(self.old.obj)
             prior["metadata"]["resourceVersion"] = str(self.rv)
             body = encode(prior)
         else:
@@ -384,7 +383,7 @@ class Store:
         if patched_meta.get("resourceVersion", str(old.rv)) != str(old.rv):
             # A patch that carries a resourceVersion is a precondition (kubectl uses it).
             raise conflict(rd.plural, rd.group, name)
-        body = self._checked_body(rd, patched, namespace)
+        body = self._checked_body(rd, patched, namespace, owned=True)
         return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run).copy()
 
     def apply(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
@@ -393,7 +392,7 @@ class Store:
         meta = obj.get("metadata") or {}
         key = self._key(rd, str(meta.get("name", "")), namespace or meta.get("namespace"))
         if key in self._objects[rd.key]:
-            body = copy.deepcopy(dict(obj))
+            body = clone(obj)
             body["metadata"] = {k: v for k, v in meta.items() if k != "resourceVersion"}
             updated = self.update(body, namespace=namespace)
             if rd.status_subresource and "status" in obj:
@@ -461,7 +460,7 @@ class Store:
         if subresource == "status":
             if not rd.status_subresource:
                 raise not_found(f"{rd.plural}/status", rd.group, key[1])
-            new = copy.deepcopy(old_obj)
+            new = clone(old_obj)
             if "status" in body:
                 new["status"] = body["status"]
             else:
@@ -472,7 +471,7 @@ class Store:
             new = body
             if rd.status_subresource:
                 if "status" in old_obj:
-                    new["status"] = copy.deepcopy(old_obj["status"])
+                    new["status"] = clone(old_obj["status"])
                 else:
                     new.pop("status", None)
             meta = new["metadata"]
@@ -526,7 +525,7 @@ class Store:
         rv = self._rv + 1
         if new is None or delete:
             assert old is not None
-            gone = copy.deepcopy(old.obj) if new is None else new
+            gone = clone(old.obj) if new is None else new
             gone["metadata"]["resourceVersion"] = str(rv)
             record = Record(_ordered(gone), rv)
             kind: Literal["ADDED", "MODIFIED", "DELETED"] = "DELETED"
@@ -562,10 +561,13 @@ class Store:
             raise ApiError(404, f'no matches for kind "{kind}" in version "{api_version}"')
         return rd
 
-    def _checked_body(self, rd: ResourceDef, obj: Mapping[str, Any], namespace: str | None) -> Obj:
+    def _checked_body(
+        self, rd: ResourceDef, obj: Mapping[str, Any], namespace: str | None, *, owned: bool = False
+    ) -> Obj:
+        """A checked copy of a request body (`owned`: the caller's dict may be kept)."""
         if not isinstance(obj, Mapping):
             raise bad_request("the body of the request was not a JSON object")
-        body: Obj = copy.deepcopy(dict(obj))
+        body: Obj = obj if owned and isinstance(obj, dict) else clone(obj)
         api_version, kind = body.get("apiVersion"), body.get("kind")
         if (api_version and api_version != rd.api_version) or (kind and kind != rd.kind):
             raise bad_request(
