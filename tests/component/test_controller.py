@@ -250,7 +250,8 @@ async def test_assignments_survive_restart_and_are_read_first(env: Env) -> None:
     sim.store.create(lb_service("new"))
     async with env.controller():
         await wait_until(lambda: ingress(sim, "new") != [], what="new allocated")
-        await wait_until(lambda: POOL_ANNOTATION in annotations(sim, "old"), what="annotated")
+        for name in ("old", "new"):
+            await wait_until(lambda n=name: POOL_ANNOTATION in annotations(sim, n), what=name)
     assert ingress(sim, "old") == ["10.99.0.11"]
     assert ingress(sim, "new") == ["10.99.0.10"]
     before = {n: ingress(sim, n) for n in ("old", "new")}
