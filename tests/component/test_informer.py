@@ -345,3 +345,22 @@ async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
     assert seen_mid_list == [([f"default/svc{i}" for i in range(5)], mark)]
     assert rec.since(mark) == [("DELETED", "default/svc0")]
     assert informer.stats.relists_expired == 2
+
+
+async def test_bearer_token_from_kubeconfig(tmp_path: Path) -> None:
+    """The simulator demands a token; the kubeconfig carries it; a wrong one is a 401 that
+    the informer keeps retrying (credentials can be fixed without a restart)."""
+    async with simulator(tmp_path, token="s3cret") as (sim, kubeconfig):
+        sim.store.create(lb_service("a"))
+        async with client_for(kubeconfig) as client:
+            informer, _ = service_informer(client)
+            async with running(informer.run(), "informer"):
+                await wait_until(lambda: informer.has_synced, what="list with token")
+        wrong = tmp_path / "wrong"
+        wrong.write_text(kubeconfig.read_text().replace("s3cret", "nope"))
+        async with client_for(wrong) as client:
+            informer, _ = service_informer(client)
+            async with running(informer.run(), "informer"):
+                await wait_until(lambda: informer.stats.errors >= 2, what="401s")
+                assert not informer.has_synced
+    assert "HTTP 401" in informer.stats.last_error
