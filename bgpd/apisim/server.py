@@ -42,7 +42,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from bgpd.apisim import discovery
+from bgpd.apisim import discovery, tables
 from bgpd.apisim.errors import ApiError, bad_request, expired, status_object
 from bgpd.apisim.resources import ResourceDef, ResourceTable
 from bgpd.apisim.selectors import (
@@ -124,6 +124,8 @@ class _Watch:
         self.wake = asyncio.Event()
         self.closed = False
         self.cut = False
+        # kubectl get --watch asks for Tables; then each event is printed for it alone.
+        self.as_table = tables.wants_table(request.headers.get("Accept", ""))
 
     def on_event(self, event: WatchEvent) -> None:
         if event.resource.key != self.rd.key:
@@ -142,15 +144,32 @@ class _Watch:
 
     def line(self, event: WatchEvent) -> bytes | None:
         """The line this watcher sees for `event`, with selector transitions."""
+        event_type: str
         if self.labels is None and self.fields is None:
-            return event.line(event.type)
-        now = event.type != "DELETED" and self.matches(event.new.obj)
-        before = event.old is not None and self.matches(event.old.obj)
-        if now:
-            return event.line("MODIFIED" if before else "ADDED")
-        if before:
-            return event.line("DELETED")
-        return None
+            event_type = event.type
+        else:
+            now = event.type != "DELETED" and self.matches(event.new.obj)
+            before = event.old is not None and self.matches(event.old.obj)
+            if now:
+                event_type = "MODIFIED" if before else "ADDED"
+            elif before:
+                event_type = "DELETED"
+            else:
+                return None
+        if not self.as_table:
+            return event.line(event_type)
+        obj = json.loads(event.line(event_type))["object"]
+        return self.table_line(event_type, obj)
+
+    def initial_line(self, record: Record) -> bytes:
+        if self.as_table:
+            return self.table_line("ADDED", record.obj)
+        return b'{"type":"ADDED","object":' + record.json() + b"}\n"
+
+    def table_line(self, event_type: str, obj: Mapping[str, Any]) -> bytes:
+        meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
+        doc = {"type": event_type, "object": tables.table(self.rd, [obj], meta)}
+        return encode(doc) + b"\n"
 
 
 class ApiSimulator:
@@ -393,6 +412,9 @@ class ApiSimulator:
             return await self._watch(request, t)
         if method == "GET":
             record = self.store.get_record(t.rd, t.name, t.namespace)
+            if tables.wants_table(request.headers.get("Accept", "")):
+                meta = {"resourceVersion": str(record.rv)}
+                return _json(tables.table(t.rd, [record.obj], meta))
             return _raw(record.json())
         if method == "PUT":
             body = await _body(request)
@@ -522,7 +544,7 @@ class ApiSimulator:
             keys = [k for k in keys if k[0] == t.namespace]
         if start_after is not None:
             keys = [k for k in keys if k > start_after]
-        items: list[bytes] = []
+        selected: list[Record] = []
         next_key: Key | None = None
         last_key: Key | None = None
         remaining: int | None = None
@@ -530,27 +552,27 @@ class ApiSimulator:
             record = records[key]
             if not _selected(record.obj, labels, fields):
                 continue
-            if limit and len(items) == limit:
+            if limit and len(selected) == limit:
                 next_key = last_key
                 if labels is None and fields is None:
                     remaining = len(keys) - i
                 break
-            items.append(record.item_json())
+            selected.append(record)
             last_key = key
         cont = ""
         if next_key is not None:
             cont = _encode_continue(list_rv, next_key)
+        if tables.wants_table(request.headers.get("Accept", "")):
+            meta = _list_meta(str(list_rv), cont, remaining)
+            return _json(tables.table(t.rd, [r.obj for r in selected], meta))
+        items = [r.item_json() for r in selected]
         return _raw(self._list_body(t.rd, str(list_rv), cont, remaining, items))
 
     @staticmethod
     def _list_body(
         rd: ResourceDef, rv: str, cont: str, remaining: int | None, items: list[bytes]
     ) -> bytes:
-        meta: dict[str, Any] = {"resourceVersion": rv}
-        if cont:
-            meta["continue"] = cont
-        if remaining is not None:
-            meta["remainingItemCount"] = remaining
+        meta = _list_meta(rv, cont, remaining)
         head = encode({"kind": rd.list_kind, "apiVersion": rd.api_version, "metadata": meta})
         return head[:-1] + b',"items":[' + b",".join(items) + b"]}"
 
@@ -580,7 +602,7 @@ class ApiSimulator:
                     continue
                 record = records[key]
                 if watch.matches(record.obj):
-                    initial.append(b'{"type":"ADDED","object":' + record.json() + b"}\n")
+                    initial.append(watch.initial_line(record))
             if initial_events and bookmarks:
                 initial.append(
                     self._bookmark(t.rd, self.store.resource_version, initial_events_end=True)
@@ -687,6 +709,15 @@ def _selected(
     if labels is not None and not labels.matches(obj.get("metadata", {}).get("labels") or {}):
         return False
     return fields is None or fields.matches(obj)
+
+
+def _list_meta(rv: str, cont: str, remaining: int | None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"resourceVersion": rv}
+    if cont:
+        meta["continue"] = cont
+    if remaining is not None:
+        meta["remainingItemCount"] = remaining
+    return meta
 
 
 def _json(doc: Any, status: int = 200) -> web.Response:

@@ -108,7 +108,21 @@ def test_get_services_endpointslices_nodes_in_every_output(
     sim.store.create(service("b", "other"))
     sim.store.create(endpoint_slice("a-1", "a", ("10.0.0.1",)))
     sim.store.create(node("n1"))
-    assert "a" in kubectl("get", "svc")
+    table = kubectl("get", "svc", "-A", "-o", "wide").splitlines()
+    assert table[0].split() == [
+        "NAMESPACE",
+        "NAME",
+        "TYPE",
+        "CLUSTER-IP",
+        "EXTERNAL-IP",
+        "PORT(S)",
+        "AGE",
+        "SELECTOR",
+    ]
+    row = table[1].split()
+    assert row[:3] + row[4:6] == ["default", "a", "ClusterIP", "<none>", "80/TCP"]
+    assert row[3].startswith("10.96.")
+    assert kubectl("get", "nodes").splitlines()[1].split()[:3] == ["n1", "Ready", "<none>"]
     assert [i["metadata"]["name"] for i in kubectl.json("get", "svc", "-A")["items"]] == ["a", "b"]
     assert [
         i["metadata"]["name"] for i in kubectl.json("get", "svc", "-l", "app=web")["items"]
