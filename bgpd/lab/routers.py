@@ -181,7 +181,8 @@ class Router(ABC):
     # -- lifecycle ------------------------------------------------------------------
 
     @abstractmethod
-    def _write_config(self) -> None: ...
+    def write_config(self) -> None:
+        """Render the config into the work directory (``start`` does it first)."""
 
     @abstractmethod
     def _spawn(self) -> None:
@@ -189,7 +190,7 @@ class Router(ABC):
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self._write_config()
+        self.write_config()
         try:
             self._spawn()
         except BaseException:
@@ -406,7 +407,7 @@ class FRRRouter(Router):
             argv += ["--bfdctl", str(d / "bfdd.sock")]
         return argv
 
-    def _write_config(self) -> None:
+    def write_config(self) -> None:
         d = self.rundir
         (d / "zebra.conf").write_text("hostname lab-router\nzebra work-queue 1\n")
         (d / "bfdd.conf").write_text("hostname lab-router\n")
@@ -590,10 +591,12 @@ class BirdRouter(Router):
             f"router id {c.router_id};",
             'log "' + str(self.workdir / "bird.log") + '" all;',
             "protocol device { scan time 10; }",
-            "protocol kernel kernel4 { ipv4 { import none; export all; }; "
-            "merge paths on limit 8; }",
-            "protocol kernel kernel6 { ipv6 { import none; export all; }; "
-            "merge paths on limit 8; }",
+            # Connected routes only resolve multihop next hops; the kernel has them already.
+            "protocol direct { ipv4; ipv6; }",
+            "protocol kernel kernel4 { ipv4 { import none; export where source != RTS_DEVICE; "
+            "}; merge paths on limit 8; }",
+            "protocol kernel kernel6 { ipv6 { import none; export where source != RTS_DEVICE; "
+            "}; merge paths on limit 8; }",
         ]
         for fam in (4, 6):
             local = c.local_address4 if fam == 4 else c.local_address6
@@ -610,7 +613,10 @@ class BirdRouter(Router):
                 common.append("  direct;")  # BIRD treats iBGP as multihop unless told
             if c.ttl_security:
                 common.append("  ttl security on;")
-            common.append(f"  {chan} {{ import all; export none; gateway direct; }};")
+            # Next hops on the LAN are used as they are; a multihop session resolves them
+            # through the connected routes (protocol direct) instead.
+            gateway = "recursive" if c.ebgp_multihop is not None else "direct"
+            common.append(f"  {chan} {{ import all; export none; gateway {gateway}; }};")
             peer = "external" if c.peer_asn is None else f"as {c.peer_asn}"
             if c.ibgp and c.peer_asn is not None:
                 peer = "internal"
@@ -622,7 +628,7 @@ class BirdRouter(Router):
                 lines += [*common, "}"]
         return "\n".join(lines) + "\n"
 
-    def _write_config(self) -> None:
+    def write_config(self) -> None:
         (self.workdir / "bird.conf").write_text(self.render())
 
     def _spawn(self) -> None:
@@ -785,7 +791,7 @@ class GoBGPRouter(Router):
                 ]
         return "\n".join(lines) + "\n"
 
-    def _write_config(self) -> None:
+    def write_config(self) -> None:
         (self.workdir / "gobgpd.toml").write_text(self.render())
 
     def _spawn(self) -> None:

@@ -19,8 +19,23 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.netns import NetnsError, create_netns, delete_netns, netns_exists, process_alive
-from bgpd.lab.routers import RibPath, Router
+from bgpd.lab.netns import (
+    Netns,
+    NetnsError,
+    create_netns,
+    delete_netns,
+    netns_exists,
+    process_alive,
+)
+from bgpd.lab.routers import (
+    BirdRouter,
+    FRRRouter,
+    GoBGPRouter,
+    RibPath,
+    Router,
+    RouterError,
+    make_router,
+)
 from bgpd.lab.topology import Topology, cleanup_leftovers
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
@@ -290,3 +305,48 @@ def test_graceful_restart_keeps_stale_route_after_exabgp_crash(
     start_exabgp(1, extra=gr)
     router.wait_established(1, timeout=20)
     router.wait_fib(ROUTE, node1)
+
+
+CONFIG_CASES = [
+    pytest.param({}, id="defaults"),
+    pytest.param({"peer_asn": None}, id="any-external-asn"),
+    pytest.param({"peer_asn": 64512}, id="ibgp"),
+    pytest.param({"md5_password": "pw", "graceful_restart": True, "restart_time": 30}, id="md5-gr"),
+    pytest.param({"ebgp_multihop": 3, "hold_time": 30, "keepalive_time": 10}, id="multihop"),
+    pytest.param({"ttl_security": True}, id="gtsm"),
+    pytest.param(
+        {"neighbor_ranges": (), "static_neighbors": ("172.31.250.11", "fd00:99:250::11")},
+        id="static-only",
+    ),
+]
+
+
+@pytest.mark.parametrize("opts", CONFIG_CASES)
+@pytest.mark.parametrize("kind", ALL_ROUTERS)
+def test_rendered_config_passes_the_daemons_own_check(
+    kind: str, opts: dict[str, Any], tmp_path: Path
+) -> None:
+    """Every option combination renders a config the daemon itself accepts (dry run)."""
+    if kind == "gobgp" and opts.get("peer_asn", 0) is None:
+        with pytest.raises(RouterError, match="fixed peer_asn"):
+            make_router(kind, Netns("unused"), tmp_path, **opts).start()
+        return
+    if kind == "gobgp" and opts.get("ttl_security"):
+        opts = {}  # GTSM is not offered for GoBGP here
+    router = make_router(kind, Netns("unused"), tmp_path, **opts)
+    try:
+        router.workdir.mkdir(parents=True, exist_ok=True)
+        router.write_config()
+        if isinstance(router, FRRRouter):
+            argv = ["/usr/lib/frr/bgpd", "-C", "-f", str(router.rundir / "bgpd.conf")]
+        elif isinstance(router, BirdRouter):
+            argv = ["bird", "-p", "-c", str(tmp_path / "bird.conf")]
+        else:
+            assert isinstance(router, GoBGPRouter)
+            argv = ["gobgpd", "-d", "-f", str(tmp_path / "gobgpd.toml")]
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        # bgpd -C exits 0 even on an unknown command; its errors carry an [EC ...] code.
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "[EC " not in out.stdout + out.stderr
+    finally:
+        router.close()
