@@ -82,6 +82,7 @@ class ApiSimulatorThread:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self._loop = None
 
     def _main(self) -> None:
         asyncio.run(self._serve())

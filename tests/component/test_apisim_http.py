@@ -879,3 +879,82 @@ async def test_bearer_token_is_required_when_set() -> None:
         assert (status, doc["reason"]) == (401, "Unauthorized")
         async with http.get(SVC, headers={"Authorization": "Bearer s3cret"}) as r:
             assert r.status == 200
+
+
+# ---------------------------------------------------------------- less common parameters
+
+
+async def test_list_resource_version_match_exact_reads_the_past(
+    sim: ApiSimulator, http: aiohttp.ClientSession
+) -> None:
+    sim.store.create(service("a"))
+    rv = str(sim.store.resource_version)
+    sim.store.create(service("b"))
+    sim.store.delete("services", "a", "default")
+    params = {"resourceVersion": rv, "resourceVersionMatch": "Exact"}
+    _, past = await call(http, "GET", SVC, params=params)
+    assert [i["metadata"]["name"] for i in past["items"]] == ["a"]
+    assert past["metadata"]["resourceVersion"] == rv
+    sim.compact()
+    status, doc = await call(http, "GET", SVC, params=params)
+    assert (status, doc["reason"]) == (410, "Expired")
+
+
+async def test_watch_send_initial_events_ends_with_marked_bookmark(
+    sim: ApiSimulator, http: aiohttp.ClientSession
+) -> None:
+    sim.store.create(service("a"))
+    response, reader = await open_watch(
+        http,
+        SVC,
+        sendInitialEvents="true",
+        allowWatchBookmarks="true",
+        resourceVersionMatch="NotOlderThan",
+    )
+    async with response:
+        events = await reader.take(2)
+    assert summary(events) == [("ADDED", "a"), ("BOOKMARK", "")]
+    annotations = events[1]["object"]["metadata"]["annotations"]
+    assert annotations == {"k8s.io/initial-events-end": "true"}
+
+
+async def test_legacy_watch_path_on_one_object(
+    sim: ApiSimulator, http: aiohttp.ClientSession
+) -> None:
+    sim.store.create(service("a"))
+    sim.store.create(service("b"))
+    async with http.get(
+        "/api/v1/watch/namespaces/default/services/b", params={"timeoutSeconds": "1"}
+    ) as r:
+        events = await WatchReader(r).rest()
+    assert summary(events) == [("ADDED", "b")]
+
+
+async def test_table_output_for_kubectl(sim: ApiSimulator, http: aiohttp.ClientSession) -> None:
+    sim.store.create(service("a", svc_type="LoadBalancer"))
+    sim.store.patch(
+        "services",
+        "a",
+        {"status": {"loadBalancer": {"ingress": [{"ip": "10.99.0.3"}]}}},
+        namespace="default",
+        subresource="status",
+    )
+    accept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+    async with http.get(SVC, headers={"Accept": accept}) as r:
+        doc = await r.json()
+    assert doc["kind"] == "Table"
+    assert [c["name"] for c in doc["columnDefinitions"]][:5] == [
+        "Name",
+        "Type",
+        "Cluster-IP",
+        "External-IP",
+        "Port(s)",
+    ]
+    cells = doc["rows"][0]["cells"]
+    assert (cells[0], cells[1], cells[3], cells[4]) == (
+        "a",
+        "LoadBalancer",
+        "10.99.0.3",
+        "80:30000/TCP",
+    )
+    assert doc["rows"][0]["object"]["metadata"]["namespace"] == "default"
