@@ -38,7 +38,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -122,11 +122,10 @@ def families_of(ips: Iterable[str]) -> list[int]:
     return sorted({ipaddress.ip_address(ip).version for ip in ips})
 
 
-def cluster_dump(services: Sequence[LabService], nodes: int, topo: Topology) -> str:
-    """The ``kubectl get services,endpointslices,nodes -A -o yaml`` the speakers read."""
-    items: list[dict[str, Any]] = [
-        node_object(f"node{i}", node_addresses(topo, i)) for i in range(1, nodes + 1)
-    ]
+def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[str]]) -> str:
+    """The ``kubectl get services,endpointslices,nodes -A -o yaml`` the speakers read;
+    ``nodes`` maps node names to their InternalIPs."""
+    items: list[dict[str, Any]] = [node_object(name, addrs) for name, addrs in nodes.items()]
     for svc in services:
         fams = families_of(svc.ips)
         obj = service_object(svc.name, svc.namespace, policy=svc.policy, families=fams)
@@ -357,7 +356,11 @@ class Lab:
             for ip in ips - have:
                 node.ip("addr", "add", f"{ip}/{32 if ':' not in ip else 128}", "dev", "lo")
         if self._rec.cluster == "file":
-            self._write_dump(cluster_dump(self.services, len(self.topology.nodes), self.topology))
+            nodes = {
+                f"node{i}": node_addresses(self.topology, i)
+                for i in range(1, len(self.topology.nodes) + 1)
+            }
+            self._write_dump(cluster_dump(self.services, nodes))
         elif not self._rec.speakers_watch_api:
             self._mirror_api()
         self._rec.services = [asdict(s) for s in self.services]

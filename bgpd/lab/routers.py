@@ -505,7 +505,7 @@ class FRRRouter(Router):
         out: Rib = {}
         for prefix, entries in (data.get("routes") or {}).items():
             # FRR 8.4 lists the prefix's own record first, then one record per path.
-            paths = [_frr_path(p) for p in entries if "nexthops" in p]
+            paths = [parse_frr_path(p) for p in entries if "nexthops" in p]
             if paths:
                 out[_net(prefix)] = paths
         return out
@@ -522,7 +522,7 @@ class FRRRouter(Router):
         return out
 
 
-def _frr_path(p: Mapping[str, Any]) -> RibPath:
+def parse_frr_path(p: Mapping[str, Any]) -> RibPath:
     hops = p.get("nexthops") or []
     nh = next((h["ip"] for h in hops if h.get("ip") and h.get("scope") != "link-local"), None)
     if nh is None and hops:
@@ -821,7 +821,7 @@ class GoBGPRouter(Router):
         data = json.loads(self.gobgp("global", "rib", "-a", f"ipv{family}", "-j") or "{}")
         out: Rib = {}
         for prefix, paths in (data or {}).items():
-            out[_net(prefix)] = [_gobgp_path(p) for p in paths]
+            out[_net(prefix)] = [parse_gobgp_path(p) for p in paths]
         return out
 
     def neighbors(self) -> dict[IPAddress, str]:
@@ -859,7 +859,7 @@ _GOBGP_STATES: dict[Any, str] = {
 }
 
 
-def _gobgp_path(p: Mapping[str, Any]) -> RibPath:
+def parse_gobgp_path(p: Mapping[str, Any]) -> RibPath:
     nh: str | None = None
     comm: list[str] = []
     large: list[str] = []

@@ -1,0 +1,209 @@
+"""Parsing routers' output into RibPath and session states (bgpd.lab.routers), and the
+lab's cluster dump (bgpd.lab.lab): pure functions, on output captured from FRR 8.4,
+BIRD 2.0.12 and GoBGP 3.10 on this kind of machine."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+import pytest
+
+from bgpd.lab.lab import LabService, cluster_dump
+from bgpd.lab.routers import (
+    RibPath,
+    parse_bird_protocols,
+    parse_bird_routes,
+    parse_frr_path,
+    parse_gobgp_path,
+    router_config,
+)
+from bgpd.objects import parse_cluster_dump
+
+BIRD_ROUTES = """\
+BIRD 2.0.12 ready.
+Table master4:
+10.99.100.1/32       unicast [dyn4_0_1 15:57:00.936] * (100) [AS64513i]
+\tvia 172.31.250.11 on br0
+\tType: BGP univ
+\tBGP.origin: IGP
+\tBGP.as_path: 64513
+\tBGP.next_hop: 172.31.250.11
+\tBGP.med: 5
+\tBGP.local_pref: 100
+\tBGP.community: (1,2) (65535,0)
+\tBGP.large_community: (1, 2, 3)
+                     unicast [dyn4_0_2 15:57:00.962] (100) [AS64513i]
+\tvia 172.31.250.12 on br0
+\tType: BGP univ
+\tBGP.origin: IGP
+\tBGP.as_path: 64513
+\tBGP.next_hop: 172.31.250.12
+\tBGP.local_pref: 100
+10.99.100.2/32       unicast [static1 15:57:00.936] * (200)
+\tvia 172.31.250.13 on br0
+\tType: static univ
+fd00:99:100::1/128   unicast [dyn6_0_1 15:57:00.983] * (100) [AS64513i]
+\tvia fd00:99:250::13 on br0
+\tType: BGP univ
+\tBGP.origin: IGP
+\tBGP.as_path:
+\tBGP.next_hop: fd00:99:250::13 fe80::1
+\tBGP.local_pref: 250
+"""
+
+BIRD_PROTOCOLS = """\
+BIRD 2.0.12 ready.
+Name       Proto      Table      State  Since         Info
+nodes4_0   BGP        ---        start  15:57:00.211  Passive
+  BGP state:          Passive
+    Neighbor range:   172.31.250.0/24
+dyn4_0_1   BGP        ---        up     15:57:00.931  Established
+  BGP state:          Established
+    Neighbor address: 172.31.250.11
+    Neighbor AS:      64513
+static6_0  BGP        ---        start  15:57:00.211  Active
+  BGP state:          Active
+    Neighbor address: fd00:99:250::12
+"""
+
+
+def net(text: str) -> Any:
+    return ipaddress.ip_network(text)
+
+
+def ip(text: str) -> Any:
+    return ipaddress.ip_address(text)
+
+
+def test_bird_routes_every_path_with_attributes() -> None:
+    rib = parse_bird_routes(BIRD_ROUTES)
+    assert rib == {
+        net("10.99.100.1/32"): [
+            RibPath(ip("172.31.250.11"), ("1:2", "65535:0"), ("1:2:3",), 100, 5, (64513,)),
+            RibPath(ip("172.31.250.12"), (), (), 100, None, (64513,)),
+        ],
+        # Not BGP (no BGP.next_hop): not in the BGP RIB view.
+        net("fd00:99:100::1/128"): [RibPath(ip("fd00:99:250::13"), local_pref=250)],
+    }
+
+
+def test_bird_protocols_states_by_neighbor() -> None:
+    assert parse_bird_protocols(BIRD_PROTOCOLS) == {
+        ip("172.31.250.11"): "Established",
+        ip("fd00:99:250::12"): "Active",
+    }
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        pytest.param(
+            {
+                "aspath": {"string": "64513 64600"},
+                "metric": 5,
+                "locPrf": 100,
+                "community": {"string": "1:2 graceful-shutdown no-export"},
+                "largeCommunity": {"string": "1:2:3"},
+                "nexthops": [{"ip": "172.31.250.12", "afi": "ipv4", "used": True}],
+            },
+            RibPath(
+                ip("172.31.250.12"),
+                ("1:2", "65535:0", "65535:65281"),
+                ("1:2:3",),
+                100,
+                5,
+                (64513, 64600),
+            ),
+            id="ebgp-attributes",
+        ),
+        pytest.param(
+            {
+                "aspath": {"string": ""},
+                "locPrf": 250,
+                "stale": True,
+                "nexthops": [
+                    {"ip": "fe80::1", "scope": "link-local"},
+                    {"ip": "fd00:99:250::11", "scope": "global"},
+                ],
+            },
+            RibPath(ip("fd00:99:250::11"), local_pref=250, stale=True),
+            id="ipv6-global-next-hop-stale",
+        ),
+    ],
+)
+def test_frr_paths(path: dict[str, Any], expected: RibPath) -> None:
+    assert parse_frr_path(path) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        pytest.param(
+            {
+                "attrs": [
+                    {"type": 1, "value": 0},
+                    {"type": 2, "as_paths": [{"segment_type": 2, "num": 1, "asns": [64513]}]},
+                    {"type": 3, "nexthop": "172.31.250.11"},
+                    {"type": 4, "metric": 5},
+                    {"type": 8, "communities": [65538, 4294901760]},
+                    {"type": 32, "value": [{"ASN": 1, "LocalData1": 2, "LocalData2": 3}]},
+                ],
+            },
+            RibPath(ip("172.31.250.11"), ("1:2", "65535:0"), ("1:2:3",), None, 5, (64513,)),
+            id="ipv4",
+        ),
+        pytest.param(
+            {
+                "stale": True,
+                "attrs": [
+                    {"type": 5, "value": 200},
+                    {"type": 14, "nexthop": "fd00:99:250::13", "afi": 2, "safi": 1},
+                ],
+            },
+            RibPath(ip("fd00:99:250::13"), local_pref=200, stale=True),
+            id="ipv6-mp-reach",
+        ),
+    ],
+)
+def test_gobgp_paths(path: dict[str, Any], expected: RibPath) -> None:
+    assert parse_gobgp_path(path) == expected
+
+
+@pytest.mark.parametrize(
+    "password",
+    [
+        pytest.param("a b", id="space"),
+        pytest.param('a"b', id="quote"),
+        pytest.param("", id="empty"),
+    ],
+)
+def test_router_md5_password_that_cannot_be_written_is_refused(password: str) -> None:
+    with pytest.raises(ValueError, match="MD5 password"):
+        router_config(md5_password=password)
+
+
+def test_router_config_converts_strings() -> None:
+    cfg = router_config(static_neighbors=["172.31.250.11"], neighbor_ranges=["10.0.0.0/8"])
+    assert cfg.static_neighbors == (ip("172.31.250.11"),)
+    assert cfg.neighbor_ranges == (net("10.0.0.0/8"),)
+    assert not cfg.ibgp
+    assert router_config(peer_asn=64512).ibgp
+
+
+def test_lab_cluster_dump_reads_back_with_the_products_parser() -> None:
+    services = [
+        LabService("web", ("10.99.100.1", "fd00:99:100::1"), pod_nodes=(1, 2)),
+        LabService("api", ("10.99.100.2",), pod_nodes=(3,), policy="Local", namespace="shop"),
+    ]
+    nodes = {f"node{i}": [f"172.31.250.{10 + i}", f"fd00:99:250::{10 + i}"] for i in (1, 2, 3)}
+    snap = parse_cluster_dump(cluster_dump(services, nodes))
+    by_name = {s.name: s for s in snap.services.values()}
+    assert by_name["web"].ingress_ips == (ip("10.99.100.1"), ip("fd00:99:100::1"))
+    assert by_name["api"].ingress_ips == (ip("10.99.100.2"),)
+    assert str(by_name["api"].external_traffic_policy) == "Local"
+    assert set(snap.nodes) == {"node1", "node2", "node3"}
+    pods = {
+        key: sorted({str(ep.node_name) for ep in snap.endpoints_of(key)}) for key in snap.services
+    }
+    assert sorted(pods.values()) == [["node1", "node2"], ["node3"]]
