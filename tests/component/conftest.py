@@ -32,7 +32,7 @@ import pytest
 
 from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
 from bgpd.lab.routers import make_router as build_router
-from bgpd.lab.topology import Topology
+from bgpd.lab.topology import Topology, cleanup_leftovers
 
 _counter = itertools.count(1)
 
@@ -42,8 +42,15 @@ def _failed(request: pytest.FixtureRequest) -> bool:
     return rep is None or rep.failed
 
 
+@pytest.fixture(scope="session")
+def _leftovers_removed() -> list[str]:
+    """Once per session: remove what killed earlier test runs left (their owner process is
+    gone; live runs and a `kube-bgpd lab up` lab are left alone)."""
+    return cleanup_leftovers()
+
+
 @pytest.fixture
-def topology() -> Iterator[Topology]:
+def topology(_leftovers_removed: list[str]) -> Iterator[Topology]:
     """Router + node1..3 + client, unique per test; always destroyed."""
     prefix = f"kt{os.getpid()}-{next(_counter)}"
     topo = Topology.create(prefix=prefix, nodes=3)
