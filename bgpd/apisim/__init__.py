@@ -16,6 +16,7 @@ In-process use::
         sim.request_log          # RequestRecord(method, path, query, status)
 
 Synchronous tests use ``with ApiSimulatorThread() as sim:`` with the same names.
+``ApiSimulator(tls=True, token="t")`` serves HTTPS (``sim.ca_cert``) for in-cluster tests.
 This package must not import the `kubernetes` client: it is the other side of the wire.
 """
 

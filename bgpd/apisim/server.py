@@ -32,6 +32,7 @@ import base64
 import binascii
 import json
 import logging
+import shutil
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ from bgpd.apisim.selectors import (
     parse_label_selector,
 )
 from bgpd.apisim.store import Key, PatchType, Record, Store, WatchEvent, encode
+from bgpd.apisim.tls import SelfSigned, make_self_signed
 from bgpd.logs import log
 from bgpd.model import LabelSelector
 
@@ -188,6 +190,7 @@ class ApiSimulator:
         table: ResourceTable | None = None,
         bookmark_interval: float = 60.0,
         token: str | None = None,
+        tls: bool = False,
         history_size: int = 200_000,
         request_log_size: int = 100_000,
     ) -> None:
@@ -197,6 +200,8 @@ class ApiSimulator:
         self.table = self.store.table
         self.bookmark_interval = bookmark_interval
         self.token = token
+        self.tls = tls
+        self._cert: SelfSigned | None = None
         self.request_log: deque[RequestRecord] = deque(maxlen=request_log_size)
         self._failures: deque[tuple[int, str]] = deque()
         self._watches: set[_Watch] = set()
@@ -224,7 +229,11 @@ class ApiSimulator:
             app, access_log=None, handle_signals=False, shutdown_timeout=1.0
         )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        context = None
+        if self.tls:
+            self._cert = await asyncio.to_thread(make_self_signed)
+            context = self._cert.server_context()
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
         await site.start()
         address = self._runner.addresses[0]
         self.port = int(address[1])
@@ -237,19 +246,31 @@ class ApiSimulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._cert is not None:
+            shutil.rmtree(self._cert.directory, ignore_errors=True)
+            self._cert = None
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+    @property
+    def ca_cert(self) -> Path | None:
+        """With `tls=True`, the self-signed certificate to trust (also a CA)."""
+        return None if self._cert is None else self._cert.cert
 
     def write_kubeconfig(self, path: str | Path, *, namespace: str = "default") -> Path:
         """Write a kubeconfig whose current context points at this simulator."""
         user: dict[str, Any] = {"token": self.token} if self.token else {}
+        cluster: dict[str, Any] = {"server": self.url}
+        if self._cert is not None:
+            ca = base64.b64encode(self._cert.cert.read_bytes()).decode()
+            cluster["certificate-authority-data"] = ca
         config = {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "apisim", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "apisim", "cluster": cluster}],
             "users": [{"name": "apisim", "user": user}],
             "contexts": [
                 {
@@ -316,10 +337,7 @@ class ApiSimulator:
         return response
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        if (
-            self.token is not None
-            and request.headers.get("Authorization") != f"Bearer {self.token}"
-        ):
+        if self.token is not None and not _bearer_ok(request, self.token):
             raise ApiError(401, "Unauthorized")
         parts = [p for p in request.path.split("/") if p]
         if not parts:
@@ -709,6 +727,12 @@ def _selected(
     if labels is not None and not labels.matches(obj.get("metadata", {}).get("labels") or {}):
         return False
     return fields is None or fields.matches(obj)
+
+
+def _bearer_ok(request: web.Request, token: str) -> bool:
+    # The scheme is case-insensitive (the in-cluster loader sends "bearer ").
+    scheme, _, value = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and value.strip() == token
 
 
 def _list_meta(rv: str, cont: str, remaining: int | None) -> dict[str, Any]:

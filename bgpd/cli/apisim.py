@@ -37,6 +37,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", default=None, help="require this bearer token (written to the kubeconfig)"
     )
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve HTTPS with a throw-away self-signed certificate (in the kubeconfig)",
+    )
 
 
 def load_objects(path: Path) -> list[dict[str, Any]]:
@@ -75,7 +80,11 @@ def run(args: argparse.Namespace) -> int:
 
     async def serve() -> int:
         sim = ApiSimulator(
-            host, int(port or 0), bookmark_interval=args.bookmark_interval, token=args.token
+            host,
+            int(port or 0),
+            bookmark_interval=args.bookmark_interval,
+            token=args.token,
+            tls=args.tls,
         )
         for seed in args.seed:
             for obj in load_objects(Path(seed)):
