@@ -415,14 +415,14 @@ class ApiSimulator:
                 return self._list(request, t)
             if method == "POST" and (not t.rd.namespaced or t.namespace is not None):
                 body = await _body(request)
-                created = self.store.create(
+                created = self.store.create_record(
                     body,
                     namespace=t.namespace,
                     resource=t.rd,
                     reset_status=t.rd.create_resets_status,
                     dry_run=dry_run,
                 )
-                return _json(created, status=201)
+                return _raw(created.json(), status=201)
             if method == "DELETE":
                 return self._delete_collection(request, t, dry_run=dry_run)
             raise ApiError(405, f"{method} is not supported on a collection")
@@ -436,7 +436,7 @@ class ApiSimulator:
             return _raw(record.json())
         if method == "PUT":
             body = await _body(request)
-            updated = self.store.update(
+            updated = self.store.update_record(
                 body,
                 namespace=t.namespace,
                 name=t.name,
@@ -444,7 +444,7 @@ class ApiSimulator:
                 subresource=t.subresource,
                 dry_run=dry_run,
             )
-            return _json(updated)
+            return _raw(updated.json())
         if method == "PATCH":
             return await self._patch(request, t, dry_run=dry_run)
         if method == "DELETE":
@@ -475,7 +475,7 @@ class ApiSimulator:
                 "required for apply patch",
             )
         existed = self.store.get_record_or_none(t.rd, t.name, t.namespace) is not None
-        patched = self.store.patch(
+        patched = self.store.patch_record(
             t.rd,
             t.name,
             patch,
@@ -484,14 +484,14 @@ class ApiSimulator:
             subresource=t.subresource,
             dry_run=dry_run,
         )
-        return _json(patched, status=200 if existed else 201)
+        return _raw(patched.json(), status=200 if existed else 201)
 
     async def _delete(self, request: web.Request, t: _Target, *, dry_run: bool) -> web.Response:
         assert t.name is not None
         options = await _body(request, required=False)
         pre = options.get("preconditions") or {}
         dry_run = dry_run or "All" in (options.get("dryRun") or [])
-        obj, gone = self.store.delete(
+        record, gone = self.store.delete_record(
             t.rd,
             t.name,
             t.namespace,
@@ -504,10 +504,10 @@ class ApiSimulator:
                 "name": t.name,
                 "group": t.rd.group,
                 "kind": t.rd.plural,
-                "uid": obj["metadata"]["uid"],
+                "uid": record.obj["metadata"]["uid"],
             }
             return _json(status_object(200, "", "", details))
-        return _json(obj)
+        return _raw(record.json())
 
     def _delete_collection(
         self, request: web.Request, t: _Target, *, dry_run: bool
@@ -520,8 +520,8 @@ class ApiSimulator:
             record = records.get(key)
             if record is None or not _selected(record.obj, labels, fields):
                 continue
-            obj, _ = self.store.delete(t.rd, key[1], key[0] or None, dry_run=dry_run)
-            deleted.append(Record(obj, 0).item_json())
+            gone, _ = self.store.delete_record(t.rd, key[1], key[0] or None, dry_run=dry_run)
+            deleted.append(gone.item_json())
         return _raw(self._list_body(t.rd, str(self.store.resource_version), "", None, deleted))
 
     # ------------------------------------------------------------------ list

@@ -259,6 +259,20 @@ class Store:
         dry_run: bool = False,
     ) -> Obj:
         """Create an object; its apiVersion/kind pick the resource unless given."""
+        return self.create_record(
+            obj, namespace=namespace, resource=resource, reset_status=reset_status, dry_run=dry_run
+        ).copy()
+
+    def create_record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        resource: ResourceDef | None = None,
+        reset_status: bool = False,
+        dry_run: bool = False,
+    ) -> Record:
+        """`create`, answering with the stored record (the server sends its cached JSON)."""
         rd = resource or self._resource_of(obj)
         new = self._checked_body(rd, obj, namespace)
         meta = new["metadata"]
@@ -286,7 +300,7 @@ class Store:
         else:
             meta.pop("generation", None)
         defaults.apply(rd, new, None, self._allocator)
-        return self._commit(rd, key, new, None, dry_run=dry_run).copy()
+        return self._commit(rd, key, new, None, dry_run=dry_run)
 
     def update(
         self,
@@ -299,6 +313,26 @@ class Store:
         dry_run: bool = False,
     ) -> Obj:
         """Replace an object (PUT). A set resourceVersion must match (else 409)."""
+        return self.update_record(
+            obj,
+            namespace=namespace,
+            name=name,
+            resource=resource,
+            subresource=subresource,
+            dry_run=dry_run,
+        ).copy()
+
+    def update_record(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        resource: ResourceDef | None = None,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Record:
+        """`update`, answering with the stored record."""
         rd = resource or self._resource_of(obj)
         body = self._checked_body(rd, obj, namespace)
         meta = body["metadata"]
@@ -328,7 +362,7 @@ class Store:
                 group=rd.group,
                 kind=rd.plural,
             )
-        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run).copy()
+        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run)
 
     def update_status(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
         """PUT on the status subresource: only `.status` changes."""
@@ -351,6 +385,28 @@ class Store:
         strategically into the object (created if absent); there is no field ownership,
         so nothing is removed and there are no conflicts.
         """
+        return self.patch_record(
+            resource,
+            name,
+            patch,
+            namespace=namespace,
+            patch_type=patch_type,
+            subresource=subresource,
+            dry_run=dry_run,
+        ).copy()
+
+    def patch_record(
+        self,
+        resource: str | ResourceDef,
+        name: str,
+        patch: Any,
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> Record:
+        """`patch`, answering with the stored record."""
         rd = self.resolve(resource)
         key = self._key(rd, name, namespace)
         old = self._objects[rd.key].get(key)
@@ -364,7 +420,7 @@ class Store:
             if body["metadata"].get("name", name) != name:
                 raise bad_request("the name of the object does not match the name on the URL")
             body["metadata"] = {**body["metadata"], "name": name}
-            return self.create(body, namespace=namespace, resource=rd, dry_run=dry_run)
+            return self.create_record(body, namespace=namespace, resource=rd, dry_run=dry_run)
         base = old.copy()
         try:
             if patch_type == "merge":
@@ -384,7 +440,7 @@ class Store:
             # A patch that carries a resourceVersion is a precondition (kubectl uses it).
             raise conflict(rd.plural, rd.group, name)
         body = self._checked_body(rd, patched, namespace, owned=True)
-        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run).copy()
+        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run)
 
     def apply(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
         """Create the object, or replace it unconditionally if it exists (for seeding)."""
@@ -412,6 +468,27 @@ class Store:
         dry_run: bool = False,
     ) -> tuple[Obj, bool]:
         """Delete; returns (object, gone). With finalizers only deletionTimestamp is set."""
+        record, gone = self.delete_record(
+            resource,
+            name,
+            namespace,
+            precondition_rv=precondition_rv,
+            precondition_uid=precondition_uid,
+            dry_run=dry_run,
+        )
+        return record.copy(), gone
+
+    def delete_record(
+        self,
+        resource: str | ResourceDef,
+        name: str,
+        namespace: str | None = None,
+        *,
+        precondition_rv: str | None = None,
+        precondition_uid: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[Record, bool]:
+        """`delete`, answering with the last record."""
         rd = self.resolve(resource)
         key = self._key(rd, name, namespace)
         old = self._objects[rd.key].get(key)
@@ -424,17 +501,17 @@ class Store:
         meta = old.obj["metadata"]
         if meta.get("finalizers"):
             if meta.get("deletionTimestamp"):
-                return old.copy(), False
+                return old, False
             new = old.copy()
             new["metadata"]["deletionTimestamp"] = now_rfc3339()
             new["metadata"]["deletionGracePeriodSeconds"] = 0
             if rd.has_generation:
                 new["metadata"]["generation"] = meta.get("generation", 1) + 1
-            return self._commit(rd, key, new, old, dry_run=dry_run).copy(), False
+            return self._commit(rd, key, new, old, dry_run=dry_run), False
         record = self._commit(rd, key, None, old, dry_run=dry_run)
         if rd.plural == "namespaces" and not rd.group and not dry_run:
             self._delete_namespace_contents(name)
-        return record.copy(), True
+        return record, True
 
     # ------------------------------------------------------------------ internals
 
