@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 EXIT_FAIL = 1
+EXIT_INTERRUPTED = 130
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -152,3 +153,7 @@ def run(args: argparse.Namespace) -> int:
     except (LabError, NetnsError, RouterError) as exc:
         print(f"kube-bgpd lab {args.lab_action}: {exc}", file=sys.stderr)
         return EXIT_FAIL
+    except KeyboardInterrupt:
+        # The lab tore itself down on the way out (Lab.up and the demo's `with`).
+        print(f"kube-bgpd lab {args.lab_action}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
