@@ -474,19 +474,8 @@ class Lab:
             time.sleep(0.05)
 
     def get_services_table(self) -> str:
-        """``kubectl get svc -A`` with the columns a user looks at (the simulator does not
-        render server-side tables, so the columns are asked for by name)."""
-        columns = ",".join(
-            [
-                "NAMESPACE:.metadata.namespace",
-                "NAME:.metadata.name",
-                "TYPE:.spec.type",
-                "EXTERNAL-IP:.status.loadBalancer.ingress[*].ip",
-                "PORT(S):.spec.ports[*].port",
-                "TRAFFIC-POLICY:.spec.externalTrafficPolicy",
-            ]
-        )
-        return self._api().text("get", "services", "-A", "-o", f"custom-columns={columns}")
+        """``kubectl get svc -A`` as a user sees it (the simulator prints the table)."""
+        return self._api().text("get", "services", "-A")
 
     def services_in_api(self) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self._api().get_json("services", "-A")["items"]
