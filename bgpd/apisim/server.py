@@ -107,6 +107,10 @@ class _Target:
     legacy_watch: bool
 
 
+class _WatchResponse(web.StreamResponse):
+    """The streamed answer to a watch (told apart for the request log)."""
+
+
 class _Watch:
     """One open watch: a queue of committed events plus the connection to cut."""
 
@@ -205,7 +209,7 @@ class ApiSimulator:
         self.request_log: deque[RequestRecord] = deque(maxlen=request_log_size)
         self._failures: deque[tuple[int, str]] = deque()
         self._watches: set[_Watch] = set()
-        self._watch_change = asyncio.Condition()
+        self._watch_change = asyncio.Event()
         self._runner: web.AppRunner | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -225,8 +229,14 @@ class ApiSimulator:
     async def start(self) -> None:
         app = web.Application(client_max_size=256 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
+        # handler_cancellation: a watch whose client went away ends at once (its task
+        # is cancelled) instead of lingering until its next write fails.
         self._runner = web.AppRunner(
-            app, access_log=None, handle_signals=False, shutdown_timeout=1.0
+            app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=1.0,
+            handler_cancellation=True,
         )
         await self._runner.setup()
         context = None
@@ -312,10 +322,17 @@ class ApiSimulator:
     def active_watches(self) -> int:
         return len(self._watches)
 
-    async def wait_for_watches(self, count: int, within: float = 10.0) -> None:
-        """Wait until at least `count` watches are open (so a test's write is seen live)."""
-        async with asyncio.timeout(within), self._watch_change:
-            await self._watch_change.wait_for(lambda: len(self._watches) >= count)
+    async def wait_for_watches(
+        self, count: int, within: float = 10.0, *, exact: bool = False
+    ) -> None:
+        """Wait until at least (`exact`: exactly) `count` watches are open.
+
+        A test waits for the client's watch before writing, so the write is seen live;
+        `wait_for_watches(0, exact=True)` waits until every watch has ended.
+        """
+        async with asyncio.timeout(within):
+            while not (len(self._watches) == count if exact else len(self._watches) >= count):
+                await self._watch_change.wait()
 
     # ------------------------------------------------------------------ dispatch
 
@@ -331,10 +348,14 @@ class ApiSimulator:
         except Exception as exc:
             log(_LOG, logging.ERROR, "apisim.handler_failed", path=request.path, error=repr(exc))
             response = _status_response(ApiError(500, f"simulator error: {exc!r}"))
-        self.request_log.append(
-            RequestRecord(request.method, request.path, request.query_string, response.status)
-        )
+        if not isinstance(response, _WatchResponse):  # a watch logs itself when it ends
+            self._log_request(request, response.status)
         return response
+
+    def _log_request(self, request: web.Request, status: int) -> None:
+        self.request_log.append(
+            RequestRecord(request.method, request.path, request.query_string, status)
+        )
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         if self.token is not None and not _bearer_ok(request, self.token):
@@ -428,6 +449,8 @@ class ApiSimulator:
             raise ApiError(405, f"{method} is not supported on a collection")
         if t.legacy_watch and method == "GET":
             return await self._watch(request, t)
+        if t.subresource is not None and method not in ("GET", "PUT", "PATCH"):
+            raise ApiError(405, f"{method} is not supported on {t.rd.plural}/{t.subresource}")
         if method == "GET":
             record = self.store.get_record(t.rd, t.name, t.namespace)
             if tables.wants_table(request.headers.get("Accept", "")):
@@ -637,9 +660,9 @@ class ApiSimulator:
         if error is None:
             self.store.subscribe(watch.on_event)
             self._watches.add(watch)
-            await self._notify_watch_change()
+            self._notify_watch_change()
 
-        response = web.StreamResponse(status=200, headers={"Content-Type": _JSON})
+        response = _WatchResponse(status=200, headers={"Content-Type": _JSON})
         response.enable_chunked_encoding()
         try:
             await response.prepare(request)
@@ -653,9 +676,12 @@ class ApiSimulator:
         except (ConnectionResetError, ConnectionError):
             watch.closed = True
         finally:
+            # A watch is logged when it ends, also when it ends by cancellation
+            # (client gone); tests cut a watch to read its query from the log.
+            self._log_request(request, response.status)
             self.store.unsubscribe(watch.on_event)
             self._watches.discard(watch)
-            await self._notify_watch_change()
+            self._notify_watch_change()
         return response
 
     async def _stream(
@@ -713,9 +739,10 @@ class ApiSimulator:
         obj = {"kind": rd.kind, "apiVersion": rd.api_version, "metadata": meta}
         return b'{"type":"BOOKMARK","object":' + encode(obj) + b"}\n"
 
-    async def _notify_watch_change(self) -> None:
-        async with self._watch_change:
-            self._watch_change.notify_all()
+    def _notify_watch_change(self) -> None:
+        # Wake every waiter, then arm a fresh event for the next change.
+        self._watch_change.set()
+        self._watch_change = asyncio.Event()
 
 
 # ---------------------------------------------------------------------- helpers

@@ -151,8 +151,8 @@ class ApiSimulatorThread:
     def active_watches(self) -> int:
         return self.call(lambda: self.sim.active_watches)
 
-    def wait_for_watches(self, count: int, within: float = 10.0) -> None:
+    def wait_for_watches(self, count: int, within: float = 10.0, *, exact: bool = False) -> None:
         if self._loop is None:
             raise RuntimeError("the simulator is not running")
-        coro = self.sim.wait_for_watches(count, within)
+        coro = self.sim.wait_for_watches(count, within, exact=exact)
         asyncio.run_coroutine_threadsafe(coro, self._loop).result(within + 1)

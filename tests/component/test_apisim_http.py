@@ -668,6 +668,15 @@ async def test_post_drops_service_status(http: aiohttp.ClientSession) -> None:
     assert doc["status"] == {"loadBalancer": {}}
 
 
+async def test_delete_on_status_subresource_is_405(
+    sim: ApiSimulator, http: aiohttp.ClientSession
+) -> None:
+    sim.store.create(service("a"))
+    status, doc = await call(http, "DELETE", f"{SVC}/a/status")
+    assert (status, doc["reason"]) == (405, "MethodNotAllowed")
+    assert sim.store.get("services", "a", "default") is not None
+
+
 async def test_status_of_a_kind_without_it_is_404(
     sim: ApiSimulator, http: aiohttp.ClientSession
 ) -> None:
@@ -850,11 +859,19 @@ async def test_cut_watches_aborts_without_clean_end(
         assert sim.cut_watches() == 1
         with pytest.raises(aiohttp.ClientPayloadError):
             await reader.next()
-    for _ in range(50):
-        if sim.active_watches == 0:
-            break
-        await asyncio.sleep(0.02)
+    await sim.wait_for_watches(0, 5, exact=True)
     assert sim.active_watches == 0
+
+
+async def test_watch_of_a_client_that_went_away_is_dropped(
+    sim: ApiSimulator, http: aiohttp.ClientSession
+) -> None:
+    response, _ = await open_watch(http, SVC)
+    await sim.wait_for_watches(1)
+    response.close()
+    await sim.wait_for_watches(0, 5, exact=True)
+    # A watch is in the request log once it has ended, however it ended.
+    assert (sim.request_log[-1].path, sim.request_log[-1].query) == (SVC, "watch=true")
 
 
 async def test_request_log_records_method_path_query_status(
