@@ -1,4 +1,4 @@
-"""The speaker DaemonSet's security context, applied to a real speaker.
+"""The DaemonSet's and the Deployment's security contexts, applied to the real daemons.
 
 No container runtime here, so the pod's sandbox is built from the rendered manifest with
 the kernel features a runtime uses: a new network namespace (POD_IP = 127.0.0.1 there,
@@ -9,7 +9,9 @@ runAsUser/runAsGroup, the capability set (drop ALL, add ...) and no_new_privs
 (allowPrivilegeEscalation: false). The speaker runs with the container's own arguments
 (plus a cluster dump instead of the API, and its node name); it must become ready, run
 ExaBGP under the same identity and capabilities, listen on 179 exactly when the config
-asks for it, and stop cleanly on SIGTERM.
+asks for it, and stop cleanly on SIGTERM. The controller runs the same way (mount
+namespace only, so it reaches the API simulator on loopback) and must allocate an IP,
+answer its liveness probe and stop cleanly.
 
 This machine's venv interpreter lives under /root (mode 0700), which a non-root uid
 cannot execute, while the image's interpreter is in /usr/local. For runAsUser != 0 the
@@ -19,7 +21,10 @@ installed packages (nothing is downloaded).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import random
+import re
 import shlex
 import shutil
 import subprocess
@@ -27,11 +32,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from bgpd.apisim import ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
@@ -90,20 +98,30 @@ def cluster_dump() -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node]})
 
 
-def sandbox_script(ds: dict[str, Any], config_dir: Path, bin_dir: Path, state: Path) -> str:
-    """The shell run inside `unshare -mn`: the pod's sandbox, then the speaker."""
-    pod = ds["spec"]["template"]["spec"]
+def sandbox_script(
+    workload: dict[str, Any],
+    config_dir: Path,
+    bin_dir: Path,
+    state: Path,
+    *,
+    env: dict[str, str],
+    extra_args: list[str],
+    netns: bool,
+) -> str:
+    """The shell run inside `unshare`: the pod's sandbox, then the container's command."""
+    pod = workload["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     sc = {**pod["securityContext"], **c["securityContext"]}
     volumes = {v["name"]: v for v in pod["volumes"]}
-    lines = [
-        "set -eu",
-        "ip link set lo up",
-        # The lab's node and router addresses, so the peers resolve to something local.
-        "ip addr add 172.31.250.11/24 dev lo",
-        "ip -6 addr add fd00:99::11/64 dev lo nodad",
-        "mount --make-rprivate /",
-    ]
+    lines = ["set -eu"]
+    if netns:
+        lines += [
+            "ip link set lo up",
+            # The lab's node and router addresses, so the peers are local addresses.
+            "ip addr add 172.31.250.11/24 dev lo",
+            "ip -6 addr add fd00:99::11/64 dev lo nodad",
+        ]
+    lines.append("mount --make-rprivate /")
     if sc.get("readOnlyRootFilesystem"):
         lines += ["mount --bind / /", "mount -o remount,bind,ro /"]
     for m in c["volumeMounts"]:
@@ -114,25 +132,23 @@ def sandbox_script(ds: dict[str, Any], config_dir: Path, bin_dir: Path, state: P
             lines.append(f"mount -t tmpfs -o mode=1777 tmpfs {m['mountPath']}")
     lines.append(f"mount --bind {shlex.quote(str(state))} {shlex.quote(str(state))}")
     lines.append(f"mount -o remount,bind,rw {shlex.quote(str(state))}")
-    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
-    env.update(NODE_NAME="node1", POD_IP="127.0.0.1", POD_NAMESPACE="kube-bgpd-system")
-    args = [a.replace("$(POD_IP)", env["POD_IP"]) for a in c["args"]]
-    args += ["--cluster-file=/etc/kube-bgpd/cluster.yaml"]
+    env = {**{e["name"]: e["value"] for e in c["env"] if "value" in e}, **env}
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
     adds = ",".join(f"+{cap.lower()}" for cap in sc["capabilities"].get("add", []))
     caps = "-all" + (f",{adds}" if adds else "")
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    command = " ".join(shlex.quote(a) for a in [*args, *extra_args])
     lines.append(
         f"env -i PATH={bin_dir}:/usr/bin:/bin {exports} "
         f"setpriv --reuid={sc['runAsUser']} --regid={sc['runAsGroup']} --clear-groups "
         f"--bounding-set={caps} --inh-caps={caps} "
         f"{'--no-new-privs ' if sc.get('allowPrivilegeEscalation') is False else ''}"
-        f"-- {bin_dir}/kube-bgpd {' '.join(shlex.quote(a) for a in args)} "
-        f"> {state}/speaker.log 2>&1 &"
+        f"-- {bin_dir}/kube-bgpd {command} > {state}/daemon.log 2>&1 &"
     )
     lines += [
         "P=$!",
         f"echo $P > {state}/pid",
-        # Wait here so the namespaces live as long as the speaker.
+        # Wait here so the namespaces live as long as the daemon.
         "wait $P || echo $? > " + str(state / "rc"),
         f"test -e {state}/rc || echo 0 > {state}/rc",
     ]
@@ -165,95 +181,179 @@ def in_netns_of(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    "path", [pytest.param("base", id="base"), pytest.param("overlays/example", id="listen")]
-)
-def test_speaker_runs_in_the_daemonsets_security_context(
-    path: str, tmp_path: Path, nonroot_bin: Path
-) -> None:
-    docs = rendered(path)
-    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
-    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+@dataclass
+class Sandboxed:
+    pid: int
+    state: Path
+    sandbox: subprocess.Popen[bytes]
+
+    def log(self) -> str:
+        path = self.state / "daemon.log"
+        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+    def stop(self) -> str:
+        """SIGTERM, as the kubelet sends it; the exit code."""
+        os.kill(self.pid, 15)
+        self.sandbox.wait(timeout=30)
+        return (self.state / "rc").read_text().strip()
+
+
+@contextlib.contextmanager
+def sandboxed(
+    workload: dict[str, Any],
+    cm: dict[str, Any],
+    bin_dir: Path,
+    *,
+    env: dict[str, str],
+    extra_args: list[str],
+    netns: bool,
+    files: dict[str, str] | None = None,
+) -> Iterator[Sandboxed]:
+    """Run the workload's container command in its pod's sandbox until the block ends."""
     config_dir = Path(tempfile.mkdtemp(prefix="kube-bgpd-cm-", dir="/var/tmp"))
     state = Path(tempfile.mkdtemp(prefix="kube-bgpd-state-", dir="/var/tmp"))
     created: list[Path] = []
+    sandbox: subprocess.Popen[bytes] | None = None
     try:
-        for key, text in cm["data"].items():
+        for key, text in {**cm["data"], **(files or {})}.items():
             (config_dir / key).write_text(text)
-        (config_dir / "cluster.yaml").write_text(cluster_dump())
         for p in (config_dir, *config_dir.iterdir()):
             p.chmod(0o755 if p.is_dir() else 0o644)
         state.chmod(0o777)
-        sc = {**ds["spec"]["template"]["spec"]["securityContext"]}
-        bin_dir = nonroot_bin if sc["runAsUser"] != 0 else Path(sys.executable).parent
-        script = sandbox_script(ds, config_dir, bin_dir, state)
         # Mount points must exist before the root goes read-only; create the missing
         # ones (empty directories) for the duration of the test only.
-        (c,) = ds["spec"]["template"]["spec"]["containers"]
+        (c,) = workload["spec"]["template"]["spec"]["containers"]
         for m in c["volumeMounts"]:
             target = Path(m["mountPath"])
             if not target.exists():
                 target.mkdir(parents=True)
                 created.append(target)
-        sandbox = subprocess.Popen(["unshare", "-mn", "sh", "-c", script])
-        try:
-            _check(ds, cm, state, sandbox)
-        finally:
-            if sandbox.poll() is None:
-                pid_file = state / "pid"
-                if pid_file.exists():
-                    os.kill(int(pid_file.read_text()), 15)
-                try:
-                    sandbox.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    sandbox.kill()
-                    sandbox.wait()
+        script = sandbox_script(
+            workload, config_dir, bin_dir, state, env=env, extra_args=extra_args, netns=netns
+        )
+        sandbox = subprocess.Popen(["unshare", "-mn" if netns else "-m", "sh", "-c", script])
+        deadline = time.monotonic() + 30
+        while not (state / "pid").exists():
+            assert sandbox.poll() is None, "the sandbox failed to start"
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        yield Sandboxed(int((state / "pid").read_text()), state, sandbox)
     finally:
+        if sandbox is not None and sandbox.poll() is None:
+            with contextlib.suppress(ProcessLookupError, FileNotFoundError, ValueError):
+                os.kill(int((state / "pid").read_text()), 15)
+            try:
+                sandbox.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                sandbox.kill()
+                sandbox.wait()
         shutil.rmtree(config_dir, ignore_errors=True)
         shutil.rmtree(state, ignore_errors=True)
         for target in reversed(created):
             target.rmdir()
 
 
-def _check(
-    ds: dict[str, Any], cm: dict[str, Any], state: Path, sandbox: subprocess.Popen[bytes]
-) -> None:
-    pod = ds["spec"]["template"]["spec"]
+def bin_for(workload: dict[str, Any], nonroot_bin: Path) -> Path:
+    uid = workload["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    return nonroot_bin if uid != 0 else Path(sys.executable).parent
+
+
+def check_identity(workload: dict[str, Any], pid: int) -> int:
+    """The process runs as the pod's user with exactly the pod's capabilities; returns
+    the effective capability mask."""
+    pod = workload["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    uid = pod["securityContext"]["runAsUser"]
     adds = c["securityContext"]["capabilities"].get("add", [])
-    want_caps = (1 << CAP_NET_BIND_SERVICE) if adds == ["NET_BIND_SERVICE"] else 0
     assert adds in ([], ["NET_BIND_SERVICE"])
-    listen = "listen: true" in cm["data"]["config.yaml"]
-
-    def log() -> str:
-        path = state / "speaker.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
-
-    deadline = time.monotonic() + 60
-    while not (state / "pid").exists():
-        assert sandbox.poll() is None, "the sandbox failed to start"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    pid = int((state / "pid").read_text())
-    ready = ""
-    while ready != "ok":
-        assert sandbox.poll() is None, log()
-        assert time.monotonic() < deadline, f"not ready: {ready!r}\n{log()}"
-        time.sleep(0.2)
-        ready = in_netns_of(pid, ["curl", "-s", "http://127.0.0.1:7473/readyz"]).stdout.strip()
-
+    want_caps = (1 << CAP_NET_BIND_SERVICE) if adds else 0
     status = proc_status(pid)
-    assert status["Uid"].split()[0] == str(uid)
+    assert status["Uid"].split()[0] == str(pod["securityContext"]["runAsUser"])
     assert int(status["CapEff"], 16) == want_caps
     assert status["NoNewPrivs"] == "1"
-    (exabgp,) = [p for p in children(pid) if b"exabgp" in Path(f"/proc/{p}/cmdline").read_bytes()]
-    assert proc_status(exabgp)["Uid"].split()[0] == str(uid)
-    assert int(proc_status(exabgp)["CapEff"], 16) == want_caps
-    listening = in_netns_of(pid, ["ss", "-Hltn", "sport = :179"]).stdout
-    assert bool(listening.strip()) == listen, listening
+    return want_caps
 
-    os.kill(pid, 15)
-    sandbox.wait(timeout=30)
-    assert (state / "rc").read_text().strip() == "0", log()
-    assert "speaker.stopped" in log()
+
+@pytest.mark.parametrize(
+    "path", [pytest.param("base", id="base"), pytest.param("overlays/example", id="listen")]
+)
+def test_speaker_runs_in_the_daemonsets_security_context(path: str, nonroot_bin: Path) -> None:
+    docs = rendered(path)
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    listen = "listen: true" in cm["data"]["config.yaml"]
+    env = {"NODE_NAME": "node1", "POD_IP": "127.0.0.1", "POD_NAMESPACE": "kube-bgpd-system"}
+    with sandboxed(
+        ds,
+        cm,
+        bin_for(ds, nonroot_bin),
+        env=env,
+        # In a pod the cluster comes from the API; here from a dump.
+        extra_args=["--cluster-file=/etc/kube-bgpd/cluster.yaml"],
+        netns=True,
+        files={"cluster.yaml": cluster_dump()},
+    ) as run:
+        deadline = time.monotonic() + 60
+        ready = ""
+        while ready != "ok":
+            assert run.sandbox.poll() is None, run.log()
+            assert time.monotonic() < deadline, f"not ready: {ready!r}\n{run.log()}"
+            time.sleep(0.2)
+            ready = in_netns_of(run.pid, ["curl", "-s", "http://127.0.0.1:7473/readyz"]).stdout
+            ready = ready.strip()
+        caps = check_identity(ds, run.pid)
+        (exabgp,) = [
+            p for p in children(run.pid) if b"exabgp" in Path(f"/proc/{p}/cmdline").read_bytes()
+        ]
+        assert proc_status(exabgp)["Uid"] == proc_status(run.pid)["Uid"]
+        assert int(proc_status(exabgp)["CapEff"], 16) == caps
+        listening = in_netns_of(run.pid, ["ss", "-Hltn", "sport = :179"]).stdout
+        assert bool(listening.strip()) == listen, listening
+        assert run.stop() == "0", run.log()
+        assert "speaker.stopped" in run.log()
+
+
+def test_controller_runs_in_the_deployments_security_context(
+    nonroot_bin: Path, tmp_path: Path
+) -> None:
+    """The controller as the Deployment runs it allocates from the simulator, answers
+    its liveness probe, and stops cleanly."""
+    docs = rendered("base")
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    rnd = random.SystemRandom()
+    pod_ip = f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
+    with ApiSimulatorThread() as sim:
+        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        sim.store.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP"}]},
+            }
+        )
+        kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig").read_text()
+        with sandboxed(
+            deploy,
+            cm,
+            bin_for(deploy, nonroot_bin),
+            env={"POD_IP": pod_ip, "POD_NAMESPACE": "kube-bgpd-system"},
+            # In a pod the credentials are the service account's; here the simulator's.
+            extra_args=["--kubeconfig=/etc/kube-bgpd/kubeconfig"],
+            netns=False,
+            files={"kubeconfig": kubeconfig},
+        ) as run:
+            deadline = time.monotonic() + 60
+            while True:
+                assert run.sandbox.poll() is None, run.log()
+                assert time.monotonic() < deadline, run.log()
+                svc = sim.store.get("services", "web", "default") or {}
+                if svc.get("status", {}).get("loadBalancer", {}).get("ingress"):
+                    break
+                time.sleep(0.1)
+            health = subprocess.run(
+                ["curl", "-sf", f"http://{pod_ip}:7473/healthz"], capture_output=True, text=True
+            )
+            assert health.returncode == 0, run.log()
+            check_identity(deploy, run.pid)
+            assert run.stop() == "0", run.log()
