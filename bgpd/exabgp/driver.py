@@ -172,8 +172,9 @@ class ExaBGPDriver:
             self._writer = None
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
             self._server = None
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
@@ -231,7 +232,8 @@ class ExaBGPDriver:
 
     async def wait_converged(self, within: float | None = None) -> bool:
         try:
-            await asyncio.wait_for(self._converged.wait(), within)
+            async with asyncio.timeout(within):
+                await self._converged.wait()
         except TimeoutError:
             return False
         return True
@@ -304,7 +306,8 @@ class ExaBGPDriver:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         try:
-            hello_line = await asyncio.wait_for(reader.readline(), 5.0)
+            async with asyncio.timeout(5.0):
+                hello_line = await reader.readline()
             hello = json.loads(hello_line) if hello_line else {}
         except (TimeoutError, ValueError, OSError):
             writer.close()
@@ -523,8 +526,11 @@ class ExaBGPDriver:
     async def run(self) -> None:
         """The sender: wakes on apply(), acks, events and a 0.5 s tick (timeouts)."""
         while True:
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
+            # that races with its timeout, and this loop would then never end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), 0.5)
+                async with asyncio.timeout(0.5):
+                    await self._wake.wait()
             self._wake.clear()
             self._step()
             if self._writer is not None and self._writer.transport.get_write_buffer_size():

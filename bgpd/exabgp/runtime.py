@@ -16,6 +16,7 @@ It adds no policy of its own: what to announce comes from the reconciler.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import shutil
 import sys
@@ -36,14 +37,16 @@ def helper_argv() -> list[str]:
     return [sys.executable, "-m", "bgpd.exabgp.helper"]
 
 
-def find_exabgp(binary: str) -> str:
-    """``exabgp`` on PATH, else next to this interpreter (a venv that is not activated)."""
+def exabgp_argv(binary: str) -> list[str]:
+    """How to start ExaBGP. The default ``exabgp`` runs as ``<this python> -m exabgp``
+    when the package is importable: no dependence on PATH or on a script's shebang (an
+    unprivileged user may not be able to exec the interpreter a shebang names). Any
+    other value is a binary (a path, or a name on PATH)."""
+    if binary == "exabgp" and importlib.util.find_spec("exabgp") is not None:
+        return [sys.executable, "-m", "exabgp"]
     if os.sep in binary:
-        return binary
-    found = shutil.which(binary)
-    if found:
-        return found
-    return str(Path(sys.executable).with_name(binary))
+        return [binary]
+    return [shutil.which(binary) or binary]
 
 
 class ExaBGPRuntime:
@@ -77,7 +80,7 @@ class ExaBGPRuntime:
             flush_delay=flush_delay,
         )
         self.supervisor = Supervisor(
-            argv=[find_exabgp(exabgp_binary), "server", str(self.config_path)],
+            argv=[*exabgp_argv(exabgp_binary), "server", str(self.config_path)],
             env=self._env,
             cwd=work_dir,
             prefix=prefix,

@@ -152,7 +152,8 @@ class Supervisor:
                     rc = await proc.wait()
                 finally:
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(asyncio.shield(relay), 1.0)
+                        async with asyncio.timeout(1.0):
+                            await asyncio.shield(relay)
                     relay.cancel()
                 if self.stopping:
                     log(_logger, logging.INFO, "exabgp.stopped", pid=proc.pid, returncode=rc)
@@ -182,8 +183,10 @@ class Supervisor:
                     )
                 delay = self._backoff()
                 self._wake.clear()
+                # asyncio.timeout, not wait_for (3.11's can swallow a cancellation).
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    async with asyncio.timeout(delay):
+                        await self._wake.wait()
         finally:
             await self._kill_now()
 
@@ -213,7 +216,8 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGTERM)
         try:
-            return await asyncio.wait_for(proc.wait(), self.stop_timeout)
+            async with asyncio.timeout(self.stop_timeout):
+                return await proc.wait()
         except TimeoutError:
             log(_logger, logging.WARNING, "exabgp.stop_timeout", pid=proc.pid)
             await self._kill_now()

@@ -1,0 +1,117 @@
+"""A SnapshotSource that reads a static cluster dump (``kube-bgpd speaker --cluster-file``).
+
+For debugging, for hosts without API access and for tests: the file holds what
+``kubectl get services,endpointslices,nodes -A -o yaml`` prints (the format ``explain``
+reads, parsed by bgpd.objects.parse_cluster_dump). It is re-read on ``reload()`` (SIGHUP)
+and when it changes: its (inode, mtime, size) is polled every ``poll_interval`` seconds,
+which costs one stat() and notices editors that replace the file as well as ones that
+rewrite it in place.
+
+A file that cannot be read or parsed keeps the last good snapshot and marks the source
+``stale`` (the reconciler then keeps the last applied routes) until a good version
+appears; before the first good read the source is not ``synced``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from pathlib import Path
+
+from bgpd.logs import log
+from bgpd.model import ClusterSnapshot
+from bgpd.objects import parse_cluster_dump
+
+_logger = logging.getLogger("bgpd.clusterfile")
+
+
+class ClusterFileSource:
+    def __init__(self, path: Path, *, poll_interval: float = 0.5) -> None:
+        self.path = path
+        self.poll_interval = poll_interval
+        self._snapshot = ClusterSnapshot()
+        self._synced = False
+        self._stale = False
+        self._identity: tuple[int, int, int] | None = None
+        self._changed = asyncio.Event()
+        self._first_change: float | None = None
+        #: The last read error, for status ("" when the file is good).
+        self.error = ""
+        self.reads = 0
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    @property
+    def stale(self) -> bool:
+        return self._stale
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._snapshot
+
+    async def wait_changed(self) -> float:
+        await self._changed.wait()
+        self._changed.clear()
+        first = self._first_change if self._first_change is not None else time.monotonic()
+        self._first_change = None
+        return first
+
+    def _mark_changed(self) -> None:
+        if self._first_change is None:
+            self._first_change = time.monotonic()
+        self._changed.set()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def reload(self) -> None:
+        """Read the file now (SIGHUP, start). Never raises: errors are logged and kept."""
+        self._identity = self._stat()
+        self.reads += 1
+        try:
+            text = self.path.read_text(encoding="utf-8")
+            snapshot = parse_cluster_dump(text)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            self.error = str(exc)
+            self._stale = self._synced
+            log(
+                _logger,
+                logging.ERROR,
+                "clusterfile.invalid",
+                path=str(self.path),
+                error=self.error,
+                keeping="last good snapshot" if self._synced else "nothing (not synced)",
+            )
+            self._mark_changed()
+            return
+        self.error = ""
+        self._snapshot = snapshot
+        self._synced = True
+        self._stale = False
+        log(
+            _logger,
+            logging.INFO,
+            "clusterfile.loaded",
+            path=str(self.path),
+            services=len(snapshot.services),
+            nodes=len(snapshot.nodes),
+        )
+        self._mark_changed()
+
+    async def run(self) -> None:
+        """Read once, then poll for changes until cancelled."""
+        self.reload()
+        while True:
+            await asyncio.sleep(self.poll_interval)
+            identity = self._stat()
+            if identity != self._identity:
+                # Give a writer that is mid-write a moment, then read what is there.
+                await asyncio.sleep(0.05)
+                self.reload()

@@ -1,0 +1,165 @@
+"""The speaker's one control loop: cluster snapshot in, desired routes out.
+
+    wait_changed -> (debounce) -> snapshot -> decide -> sink.apply
+
+Level-triggered: a change only says "look again"; every pass decides from the whole
+snapshot, so missed or coalesced events cannot leave a wrong route behind. Gated on
+sync: no decision before the source finished its first list, and none while it is stale
+(watch broken, API unreachable, bad cluster file), because a half-filled or outdated
+cache would withdraw live routes; the last applied set stays in place meanwhile
+(MetalLB's initial-load rule, kopf's LISTED marker).
+
+Public API (the Kubernetes watcher implements SnapshotSource against it):
+
+* ``SnapshotSource``: ``synced``, ``stale``, ``snapshot()``, ``await wait_changed()``
+  (returns time.monotonic() of the first change of the batch, for convergence metrics).
+* ``RouteSink``: ``apply(desired)`` (the ExaBGP driver).
+* ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0,
+  before_apply=None, on_reconciled=None)``; ``await run()``; ``kick()`` (decide again,
+  e.g. after a config reload); ``set_config(config)``; ``reconcile_once(first_change)``;
+  read-only ``last_decision``, ``last_snapshot``, ``last_latency`` (seconds from the
+  first change to apply), ``decisions`` (count), ``skipped_unsynced``, ``skipped_stale``.
+
+This module decides nothing itself (bgpd.decision does) and knows no ExaBGP text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from bgpd.decision import decide
+from bgpd.logs import log
+from bgpd.model import ClusterSnapshot, Config, Decision, DesiredRoutes, NodeName
+
+_logger = logging.getLogger("bgpd.reconciler")
+
+
+class SnapshotSource(Protocol):
+    @property
+    def synced(self) -> bool:
+        """Every kind finished its first list; no decision before."""
+        ...
+
+    @property
+    def stale(self) -> bool:
+        """Watch broken / API unreachable: the snapshot is the last known one."""
+        ...
+
+    def snapshot(self) -> ClusterSnapshot: ...
+
+    async def wait_changed(self) -> float:
+        """Return when something relevant changed since the last call; the value is the
+        time.monotonic() of the first change in this batch."""
+        ...
+
+
+class RouteSink(Protocol):
+    def apply(self, desired: DesiredRoutes) -> None: ...
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        node: NodeName,
+        source: SnapshotSource,
+        sink: RouteSink,
+        debounce: float = 0.0,
+        before_apply: Callable[[Config, ClusterSnapshot, Decision], None] | None = None,
+        on_reconciled: Callable[[Decision, float], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.node = node
+        self.source = source
+        self.sink = sink
+        self.debounce = debounce
+        #: Called with each new decision before it is applied (the speaker re-renders
+        #: ExaBGP's configuration here when the Node's labels or addresses changed).
+        self.before_apply = before_apply
+        #: Called after each apply with the decision and the seconds since the change.
+        self.on_reconciled = on_reconciled
+        self.last_decision: Decision | None = None
+        self.last_snapshot: ClusterSnapshot | None = None
+        self.last_latency: float | None = None
+        self.decisions = 0
+        self.skipped_unsynced = 0
+        self.skipped_stale = 0
+        self._kicked = asyncio.Event()
+        self._kicked_at: float | None = None
+
+    def set_config(self, config: Config) -> None:
+        self.config = config
+        self.kick()
+
+    def kick(self) -> None:
+        """Decide again soon, without a change from the source (config reload)."""
+        if self._kicked_at is None:
+            self._kicked_at = time.monotonic()
+        self._kicked.set()
+
+    def reconcile_once(self, first_change: float) -> Decision | None:
+        """One pass; returns the applied decision, or None when gated."""
+        if not self.source.synced:
+            self.skipped_unsynced += 1
+            log(_logger, logging.INFO, "reconcile.waiting_for_sync")
+            return None
+        if self.source.stale:
+            self.skipped_stale += 1
+            log(_logger, logging.WARNING, "reconcile.source_stale", keeping="last applied routes")
+            return None
+        snapshot = self.source.snapshot()
+        decision = decide(self.config, snapshot, self.node)
+        if self.before_apply is not None:
+            self.before_apply(self.config, snapshot, decision)
+        self.sink.apply(decision.by_peer())
+        self.last_snapshot = snapshot
+        self.last_decision = decision
+        self.decisions += 1
+        self.last_latency = time.monotonic() - first_change
+        log(
+            _logger,
+            logging.INFO,
+            "reconcile.applied",
+            routes=len(decision.routes),
+            skipped=len(decision.skipped),
+            seconds=round(self.last_latency, 4),
+        )
+        if self.on_reconciled is not None:
+            self.on_reconciled(decision, self.last_latency)
+        return decision
+
+    async def run(self) -> None:
+        changed: asyncio.Task[float] | None = None
+        kicked: asyncio.Task[bool] | None = None
+        try:
+            while True:
+                if changed is None:
+                    changed = asyncio.create_task(self.source.wait_changed(), name="source-changed")
+                if kicked is None:
+                    kicked = asyncio.create_task(self._kicked.wait(), name="reconcile-kicked")
+                await asyncio.wait({changed, kicked}, return_when=asyncio.FIRST_COMPLETED)
+                firsts: list[float] = []
+                if changed.done():
+                    firsts.append(changed.result())
+                    changed = None
+                if kicked.done():
+                    self._kicked.clear()
+                    kicked = None
+                    if self._kicked_at is not None:
+                        firsts.append(self._kicked_at)
+                        self._kicked_at = None
+                if self.debounce > 0:
+                    await asyncio.sleep(self.debounce)
+                self.reconcile_once(min(firsts) if firsts else time.monotonic())
+        finally:
+            for task in (changed, kicked):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task

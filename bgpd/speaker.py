@@ -1,0 +1,382 @@
+"""The speaker's composition root: config, cluster source, reconciler, one ExaBGP, status.
+
+``Speaker.run()`` owns one asyncio.TaskGroup with named tasks:
+
+* ``source``      the SnapshotSource's own loop (file polling, or the Kubernetes watch),
+* ``reconciler``  snapshot -> decide -> driver.apply,
+* ``exabgp``      started after the first rendering: driver socket + sender + supervisor,
+* ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully (optionally drains
+  first), then ends the group.
+
+Signals: SIGTERM/SIGINT = graceful stop (withdraw, wait for the acks and the flush, stop
+ExaBGP, SIGKILL after a bound); SIGHUP = re-read the config files (a bad file keeps the
+running config) and the cluster source. Cleanup runs in ``finally``; CancelledError is
+never swallowed.
+
+Rendering ExaBGP's configuration needs I/O the pure renderer must not do, so it is done
+here before each render: the address the kernel picks to reach each peer (a connected UDP
+socket's getsockname(), which sends no packet) and passwords from passwordFile. Secret
+passwords come from the source if it offers ``secret_passwords()`` (the Kubernetes
+watcher). The rendering is redone on every decision (the Node's labels and addresses
+select peers); ExaBGP restarts only if the text changed.
+
+To add a cluster source, change ``make_source`` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from bgpd.config import ConfigError, load_config_or_raise
+from bgpd.exabgp.driver import DriverMode
+from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
+from bgpd.exabgp.render import Rendering, render
+from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
+from bgpd.logs import log
+from bgpd.model import (
+    BGPPeer,
+    ClusterSnapshot,
+    Config,
+    Decision,
+    IPAddress,
+    NodeName,
+    PeerName,
+)
+from bgpd.reconciler import Reconciler, SnapshotSource
+from bgpd.status import StatusServer
+
+_logger = logging.getLogger("bgpd.speaker")
+
+
+class RunnableSource(SnapshotSource, Protocol):
+    """A SnapshotSource the speaker runs: ``run()`` is its long-lived task and ``reload()``
+    re-reads on SIGHUP."""
+
+    async def run(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+def make_source(args: argparse.Namespace, config: Config) -> RunnableSource:
+    """The one place that picks the cluster source from the command line."""
+    from bgpd.clusterfile import ClusterFileSource
+
+    del config  # the Kubernetes source will need it (loadBalancerClass, namespaces)
+    cluster_file = getattr(args, "cluster_file", None)
+    if cluster_file:
+        return ClusterFileSource(Path(cluster_file))
+    raise SystemExit("kube-bgpd speaker: --cluster-file is required in this build")
+
+
+def kernel_choice(peer: IPAddress) -> IPAddress | None:
+    """The source address the kernel would use to reach ``peer`` (no packet is sent)."""
+    family = socket.AF_INET if peer.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((str(peer), 9))
+            return ipaddress.ip_address(s.getsockname()[0])
+    except OSError:
+        return None
+
+
+def peer_passwords(
+    peers: Sequence[BGPPeer], secrets: Mapping[PeerName, str]
+) -> dict[PeerName, str | None]:
+    """Each peer's MD5 key: password, else passwordFile (trailing newline stripped), else
+    the resolved Secret. Never logged; an unreadable file is logged without its content."""
+    out: dict[PeerName, str | None] = {}
+    for p in peers:
+        if p.password:
+            out[p.name] = p.password
+        elif p.password_file is not None:
+            try:
+                out[p.name] = p.password_file.read_text(encoding="utf-8").rstrip("\r\n")
+            except OSError as exc:
+                log(
+                    _logger,
+                    logging.ERROR,
+                    "peer.password_file_unreadable",
+                    peer=p.name,
+                    error=exc.strerror,
+                )
+                out[p.name] = None
+        else:
+            out[p.name] = secrets.get(p.name)
+    return out
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The exceptions inside (nested) TaskGroup exception groups."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out += _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    return out
+
+
+class _Stop(Exception):
+    """Raised by the lifecycle task to end the TaskGroup after a graceful stop."""
+
+
+class Speaker:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        config_paths: Sequence[str],
+        node: NodeName,
+        source: RunnableSource,
+        work_dir: Path,
+        status_address: str,
+        exabgp_prefix: Sequence[str] = (),
+    ) -> None:
+        self.config = config
+        self.config_paths = list(config_paths)
+        self.node = node
+        self.source = source
+        sc = config.speaker
+        self.runtime = ExaBGPRuntime(
+            node=node,
+            work_dir=work_dir,
+            exabgp_binary=sc.exabgp_binary,
+            prefix=exabgp_prefix,
+            listen=sc.listen,
+        )
+        self.driver = self.runtime.driver
+        self.reconciler = Reconciler(
+            config=config,
+            node=node,
+            source=source,
+            sink=self.driver,
+            debounce=sc.debounce,
+            before_apply=self._before_apply,
+        )
+        self.status_server = StatusServer(status_address, self)
+        self.rendered = asyncio.Event()
+        self.stop_requested = asyncio.Event()
+        self.drain_started: float | None = None
+        self.drain_window = sc.drain_window
+        self.render_warnings: tuple[str, ...] = ()
+        self.render_error = ""
+        self._drain_task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ rendering
+
+    def render_now(self, snapshot: ClusterSnapshot) -> Rendering:
+        node = snapshot.nodes.get(self.node)
+        kernel = {p.name: kernel_choice(p.peer_address) for p in self.config.peers}
+        secrets_of = getattr(self.source, "secret_passwords", None)
+        secrets: Mapping[PeerName, str] = secrets_of() if callable(secrets_of) else {}
+        return render(
+            self.config,
+            node,
+            kernel_choices=kernel,
+            passwords=peer_passwords(self.config.peers, secrets),
+            helper_argv=helper_argv(),
+        )
+
+    def _before_apply(self, config: Config, snapshot: ClusterSnapshot, decision: Decision) -> None:
+        del config, decision
+        try:
+            rendering = self.render_now(snapshot)
+        except (ExaBGPError, ValueError) as exc:
+            # Keep the running ExaBGP and its configuration; say why.
+            self.render_error = str(exc)
+            log(_logger, logging.ERROR, "exabgp.render_failed", error=str(exc))
+            return
+        self.render_error = ""
+        if rendering.warnings != self.render_warnings:
+            for w in rendering.warnings:
+                log(_logger, logging.WARNING, "exabgp.render_warning", warning=w)
+            self.render_warnings = rendering.warnings
+        if self.runtime.configure(rendering):
+            log(_logger, logging.INFO, "exabgp.reconfigured", neighbors=len(rendering.neighbors))
+        self.rendered.set()
+
+    # ------------------------------------------------------------------ signals
+
+    def reload(self) -> None:
+        """SIGHUP: re-read the config files and the cluster source."""
+        try:
+            config, warnings = load_config_or_raise(self.config_paths)
+        except ConfigError as exc:
+            log(
+                _logger,
+                logging.ERROR,
+                "config.reload_failed",
+                error=str(exc),
+                keeping="running config",
+            )
+        else:
+            for w in warnings:
+                log(_logger, logging.WARNING, "config.warning", warning=str(w))
+            self.config = config
+            self.reconciler.set_config(config)
+            log(_logger, logging.INFO, "config.reloaded")
+        self.source.reload()
+
+    # ------------------------------------------------------------------ drain
+
+    async def drain(self) -> Mapping[str, Any]:
+        """RFC 8326: re-announce everything with GRACEFUL_SHUTDOWN, hold, then withdraw."""
+        if self._drain_task is None:
+            self.drain_started = time.time()
+            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window)
+            self.driver.set_mode(DriverMode.DRAINING)
+            self._drain_task = asyncio.create_task(self._drain(), name="drain")
+        return self._drain_status()
+
+    async def _drain(self) -> None:
+        await asyncio.sleep(self.drain_window)
+        self.driver.set_mode(DriverMode.WITHDRAWN)
+        log(_logger, logging.INFO, "speaker.drained")
+
+    def _drain_status(self) -> dict[str, Any]:
+        return {
+            "mode": str(self.driver.mode),
+            "started": self.drain_started,
+            "window": self.drain_window,
+            "withdraw_at": None
+            if self.drain_started is None
+            else self.drain_started + self.drain_window,
+        }
+
+    # ------------------------------------------------------------------ status provider
+
+    def health(self) -> tuple[bool, str]:
+        sup = self.runtime.supervisor
+        if self.rendered.is_set() and sup.pid is None and not sup.stopping:
+            return False, "exabgp is not running"
+        return True, "ok"
+
+    def readiness(self) -> tuple[bool, str]:
+        if not self.source.synced:
+            return False, "cluster source not synced"
+        if not self.rendered.is_set():
+            return False, "exabgp not configured yet"
+        if not self.driver.connected:
+            return False, "exabgp helper not connected"
+        if self.reconciler.last_decision is None:
+            return False, "no decision applied yet"
+        return True, "ok"
+
+    def status(self) -> Mapping[str, Any]:
+        peers = [
+            {
+                "name": s.peer,
+                "address": str(s.address),
+                "state": str(s.state),
+                "since": s.since,
+                "reason": s.reason,
+                "acknowledged": s.acknowledged,
+                "pending": s.pending,
+            }
+            for s in self.driver.peer_status().values()
+        ]
+        routes = [
+            {
+                "peer": peer,
+                "prefix": str(prefix),
+                "communities": list(a.communities),
+                "large_communities": list(a.large_communities),
+                "local_pref": a.local_pref,
+                "med": a.med,
+            }
+            for peer, per in sorted(self.driver.acknowledged().items())
+            for prefix, a in sorted(
+                per.items(), key=lambda kv: (kv[0].version, int(kv[0].network_address))
+            )
+        ]
+        sup = self.runtime.supervisor
+        decision = self.reconciler.last_decision
+        return {
+            "node": self.node,
+            "mode": str(self.driver.mode),
+            "drain": self._drain_status(),
+            "source": {"synced": self.source.synced, "stale": self.source.stale},
+            "exabgp": {
+                "pid": sup.pid,
+                "generation": sup.generation,
+                "restarts": sup.restarts,
+                "connected": self.driver.connected,
+                "render_error": self.render_error,
+                "render_warnings": list(self.render_warnings),
+            },
+            "driver": {
+                "commands_sent": dict(self.driver.stats.commands_sent),
+                "command_errors": self.driver.stats.command_errors,
+                "ack_timeouts": self.driver.stats.ack_timeouts,
+                "last_error": self.driver.stats.last_error,
+            },
+            "decision": {
+                "routes": 0 if decision is None else len(decision.routes),
+                "skipped": 0 if decision is None else len(decision.skipped),
+                "latency": self.reconciler.last_latency,
+            },
+            "peers": peers,
+            "routes": routes,
+        }
+
+    # ------------------------------------------------------------------ run
+
+    async def _run_exabgp(self) -> None:
+        await self.rendered.wait()
+        await self.runtime.run()
+
+    async def _lifecycle(self) -> None:
+        await self.stop_requested.wait()
+        log(_logger, logging.INFO, "speaker.stopping")
+        if self.config.speaker.drain_on_sigterm and self._drain_task is None:
+            await self.drain()
+        if self._drain_task is not None and not self._drain_task.done():
+            await self._drain_task
+        ok = await self.runtime.stop(withdraw=True, within=10.0)
+        log(_logger, logging.INFO, "speaker.stopped", withdrawn=ok)
+        raise _Stop
+
+    def request_stop(self) -> None:
+        self.stop_requested.set()
+
+    async def run(self) -> int:
+        """Run until SIGTERM/SIGINT; returns the exit code."""
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, self.request_stop)
+        loop.add_signal_handler(signal.SIGINT, self.request_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
+        await self.status_server.start()
+        log(
+            _logger,
+            logging.INFO,
+            "speaker.started",
+            node=self.node,
+            status=f"{self.status_server.host}:{self.status_server.port}",
+        )
+        code = 0
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.source.run(), name="source")
+                tg.create_task(self.reconciler.run(), name="reconciler")
+                tg.create_task(self._run_exabgp(), name="exabgp")
+                tg.create_task(self._lifecycle(), name="lifecycle")
+        except* _Stop:
+            code = 0
+        except* CrashLoopError as group:
+            for exc in _leaves(group):
+                log(_logger, logging.CRITICAL, "exabgp.crash_loop", error=str(exc))
+            code = 1
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            with contextlib.suppress(Exception):
+                await self.runtime.supervisor.stop()
+            await self.status_server.stop()
+        return code

@@ -1,0 +1,329 @@
+"""`kube-bgpd speaker` as a real process inside a node namespace, from a cluster dump,
+against a real BIRD router; `kube-bgpd status` and `kube-bgpd drain` against it.
+
+Every speaker here runs in node1's namespace (``ip netns exec``), so its status listener
+on 127.0.0.1 is that namespace's loopback; the CLI commands run there too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bgpd.lab.netns import process_alive
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from bgpd.lab.topology import Topology
+
+pytestmark = [pytest.mark.component, pytest.mark.root]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+STATUS = "127.0.0.1:7473"
+
+
+def config_text(
+    *,
+    drain_window: str = "2s",
+    graceful: bool = False,
+    community: str = "65000:1",
+    exabgp: str | None = None,
+) -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "svc"},
+            "spec": {"addresses": ["10.99.100.0/24"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor"},
+            "spec": {
+                "myASN": NODE_ASN,
+                "peerASN": ROUTER_ASN,
+                "peerAddress": "172.31.250.1",
+                "holdTime": "9s",
+                "enableGracefulRestart": graceful,
+            },
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "svc"},
+            "spec": {"ipAddressPools": ["svc"], "communities": [community]},
+        },
+        {
+            "apiVersion": "kube-bgpd.io/v1alpha1",
+            "kind": "SpeakerConfig",
+            "metadata": {"name": "speaker"},
+            "spec": {"drainWindow": drain_window, **({"exabgpBinary": exabgp} if exabgp else {})},
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def dump_text(ips: list[str], node_ip: str = "172.31.250.11") -> str:
+    items: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node1", "labels": {"rack": "r1"}},
+            "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
+        }
+    ]
+    for i, ip in enumerate(ips):
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": f"web{i}", "namespace": "shop", "uid": f"u{i}"},
+                "spec": {
+                    "type": "LoadBalancer",
+                    "externalTrafficPolicy": "Cluster",
+                    "ports": [{"port": 80}],
+                },
+                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+            }
+        )
+        items.append(
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"web{i}-a",
+                    "namespace": "shop",
+                    "labels": {"kubernetes.io/service-name": f"web{i}"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
+                ],
+            }
+        )
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+class SpeakerProc:
+    def __init__(
+        self, topology: Topology, tmp: Path, config: str, dump: str, *, user: str | None = None
+    ) -> None:
+        self.topology = topology
+        self.dir = tmp
+        self.config = tmp / "config.yaml"
+        self.dump = tmp / "cluster.yaml"
+        self.config.write_text(config)
+        self.dump.write_text(dump)
+        self.log = tmp / "speaker.log"
+        argv = [
+            KUBE_BGPD,
+            "speaker",
+            "--config",
+            str(self.config),
+            "--node-name",
+            "node1",
+            "--cluster-file",
+            str(self.dump),
+            "--work-dir",
+            str(tmp / "work"),
+            "--metrics-address",
+            STATUS,
+        ]
+        env = None
+        if user:
+            # The venv's interpreter is a symlink into /root (0700 here), which an
+            # unprivileged user cannot exec; run the same Python version from /usr/bin
+            # with the venv's packages on PYTHONPATH (the children inherit it).
+            site = next(p for p in sys.path if p.endswith("site-packages"))
+            env = dict(os.environ, PYTHONPATH=f"{site}:{Path(__file__).resolve().parents[2]}")
+            entry = "import sys; from bgpd.cli import main; sys.exit(main())"
+            argv = ["/usr/bin/python3.11", "-c", entry, *argv[1:]]
+            argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--", *argv]
+            for path in (tmp, self.config, self.dump):
+                os.chown(path, int(user), int(user))
+        with self.log.open("wb") as out:
+            self.proc = topology.nodes[0].popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.topology.nodes[0].run(
+            [KUBE_BGPD, *args, "--metrics-address", STATUS], check=False, timeout=30
+        )
+
+    def status(self) -> dict[str, Any]:
+        out = self.cli("status", "--json")
+        assert out.returncode == 0, out.stderr
+        doc: dict[str, Any] = json.loads(out.stdout)
+        return doc
+
+    def wait_status(
+        self, pred: Callable[[dict[str, Any]], bool], timeout: float = 20
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        last: dict[str, Any] | str = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"speaker exited {self.proc.returncode}:\n{self.log_text()}")
+            out = self.cli("status", "--json")
+            if out.returncode == 0:
+                last = json.loads(out.stdout)
+                if pred(last):
+                    return last
+            time.sleep(0.1)
+        raise AssertionError(f"status condition not met; last: {last}\n{self.log_text()}")
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def speaker(topology: Topology, tmp_path: Path) -> Iterator[Callable[..., SpeakerProc]]:
+    made: list[SpeakerProc] = []
+
+    def start(config: str, dump: str, *, tmp: Path | None = None, **kw: Any) -> SpeakerProc:
+        made.append(SpeakerProc(topology, tmp or tmp_path, config, dump, **kw))
+        return made[-1]
+
+    yield start
+    for sp in made:
+        sp.stop()
+
+
+def net(text: str) -> Any:
+    import ipaddress
+
+    return ipaddress.ip_network(text)
+
+
+def test_speaker_from_cluster_file_status_reload_drain_and_stop(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    bird = make_router("bird")
+    sp = speaker(config_text(), dump_text(["10.99.100.5"]))
+    rib = bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    (path,) = rib[net("10.99.100.5/32")]
+    assert str(path.next_hop) == "172.31.250.11"
+    assert path.communities == ("65000:1",)
+
+    doc = sp.wait_status(lambda d: d["peers"] and d["peers"][0]["state"] == "up")
+    assert [r["prefix"] for r in doc["routes"]] == ["10.99.100.5/32"]
+    table = sp.cli("status")
+    assert table.returncode == 0
+    assert "tor" in table.stdout
+    assert "10.99.100.5/32" in table.stdout
+    assert "65000:1" in table.stdout
+    ready = sp.topology.nodes[0].run(["curl", "-sf", f"http://{STATUS}/readyz"], check=False)
+    assert ready.returncode == 0, ready.stdout
+
+    # The file changes: a new Service's route appears without a signal.
+    sp.dump.write_text(dump_text(["10.99.100.5", "10.99.100.6"]))
+    bird.wait_rib(lambda r: net("10.99.100.6/32") in r, 20)
+    # A bad file keeps the last good snapshot (and the routes), and status says stale.
+    sp.dump.write_text("kind: List\nitems: [\n")
+    sp.wait_status(lambda d: d["source"]["stale"])
+    assert net("10.99.100.6/32") in bird.rib()
+    # SIGHUP re-reads the config: the community changes at the router.
+    sp.config.write_text(config_text(community="65000:2"))
+    sp.dump.write_text(dump_text(["10.99.100.5"]))
+    sp.proc.send_signal(signal.SIGHUP)
+    bird.wait_rib(
+        lambda r: (
+            net("10.99.100.6/32") not in r
+            and [p.communities for p in r.get(net("10.99.100.5/32"), [])] == [("65000:2",)]
+        ),
+        20,
+    )
+
+    # Drain: 65535:0 at the router, then the withdrawal after the 2 s window.
+    out = sp.cli("drain")
+    assert out.returncode == 0, out.stderr
+    assert "draining" in out.stdout
+    bird.wait_rib(
+        lambda r: (
+            [p.communities for p in r.get(net("10.99.100.5/32"), [])] == [("65000:2", "65535:0")]
+        ),
+        10,
+    )
+    assert sp.status()["mode"] == "draining"
+    bird.wait_rib(lambda r: not r, 10)
+    assert sp.status()["mode"] == "withdrawn"
+
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+
+
+def test_sigterm_withdraws_before_exit_even_with_graceful_restart(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    bird = make_router("bird", graceful_restart=True)
+    sp = speaker(config_text(graceful=True), dump_text([f"10.99.100.{i}" for i in range(1, 101)]))
+    bird.wait_rib(lambda r: len(r) == 100, 20)
+    exabgp = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)["exabgp"]["pid"]
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+    # At the moment the speaker has exited, the router holds nothing (not even stale
+    # routes kept for graceful restart) and ExaBGP is gone.
+    assert bird.rib() == {}
+    assert not process_alive(exabgp)
+
+
+def test_killed_speaker_takes_exabgp_down(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    bird = make_router("bird")
+    sp = speaker(config_text(), dump_text(["10.99.100.5"]))
+    bird.wait_rib(lambda r: len(r) == 1, 20)
+    exabgp = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)["exabgp"]["pid"]
+    sp.proc.kill()
+    sp.proc.wait(10)
+    deadline = time.monotonic() + 5
+    while process_alive(exabgp) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not process_alive(exabgp), "PR_SET_PDEATHSIG did not stop ExaBGP"
+    bird.wait_rib(lambda r: not r, 10)
+
+
+def test_crash_loop_gives_up_with_clear_error(speaker: Callable[..., SpeakerProc]) -> None:
+    sp = speaker(config_text(exabgp="/bin/false"), dump_text(["10.99.100.5"]))
+    assert sp.proc.wait(60) == 1
+    assert "crash_loop" in sp.log_text()
+    assert "giving up" in sp.log_text()
+
+
+def test_unprivileged_speaker(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    bird = make_router("bird")
+    # pytest's tmp dirs sit in a 0700 root dir: the unprivileged speaker gets its own
+    # (chowned to it by SpeakerProc).
+    with tempfile.TemporaryDirectory(prefix="kube-bgpd-unpriv-") as tmp:
+        sp = speaker(config_text(), dump_text(["10.99.100.5"]), user="65534", tmp=Path(tmp))
+        try:
+            _unprivileged_checks(bird, sp)
+        except Exception as exc:
+            raise AssertionError(f"speaker log:\n{sp.log_text()}") from exc
+        finally:
+            sp.stop()
+
+
+def _unprivileged_checks(bird: Router, sp: SpeakerProc) -> None:
+    bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    doc = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)
+    assert Path(f"/proc/{doc['exabgp']['pid']}").stat().st_uid != 0
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+    assert bird.rib() == {}
