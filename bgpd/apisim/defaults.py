@@ -21,7 +21,7 @@ _SERVICE_CIDR = ipaddress.IPv4Network("10.96.0.0/12")
 
 
 class Allocator:
-    """Hands out cluster IPs and node ports; never reuses one (the range is large)."""
+    """Hands out cluster IPs (never reused) and node ports (sequential, wrapping)."""
 
     def __init__(self) -> None:
         self._next_ip = int(_SERVICE_CIDR.network_address) + 10
@@ -35,10 +35,11 @@ class Allocator:
         return str(ip)
 
     def node_port(self) -> int:
+        # Wraps around: the simulator does not track released ports (30,000+ per cycle).
+        if self._next_port not in _NODE_PORTS:
+            self._next_port = _NODE_PORTS.start
         port = self._next_port
         self._next_port += 1
-        if port not in _NODE_PORTS:
-            self._next_port = _NODE_PORTS.start
         return port
 
 

@@ -211,7 +211,7 @@ def _smp_map(
             continue
         sub = (*path, key)
         current = result.get(key)
-        if value is None:
+        if value is None or (isinstance(value, dict) and value.get(_DIRECTIVE) == "delete"):
             result.pop(key, None)
         elif isinstance(value, dict) and isinstance(current, dict):
             merged = _smp_map(current, value, sub, keys)

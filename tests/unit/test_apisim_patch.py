@@ -192,6 +192,12 @@ def svc(*ports: dict[str, Any], **meta: Any) -> dict[str, Any]:
             id="conditions-merge-by-type",
         ),
         pytest.param(
+            {"spec": {"selector": {"a": "1"}, "type": "ClusterIP"}},
+            {"spec": {"selector": {"$patch": "delete"}, "other": {"$patch": "delete"}}},
+            {"spec": {"type": "ClusterIP"}},
+            id="delete-map-present-or-not",
+        ),
+        pytest.param(
             {"spec": {"selector": {"a": "1", "b": "2"}}},
             {"spec": {"selector": {"c": "3", "$patch": "replace"}}},
             {"spec": {"selector": {"c": "3"}}},
