@@ -21,12 +21,13 @@ This package must not import the `kubernetes` client: it is the other side of th
 """
 
 from bgpd.apisim.errors import ApiError
-from bgpd.apisim.resources import RESOURCES, ResourceDef, ResourceTable
+from bgpd.apisim.resources import METALLB_RESOURCES, RESOURCES, ResourceDef, ResourceTable
 from bgpd.apisim.server import ApiSimulator, RequestRecord
 from bgpd.apisim.store import Store, WatchEvent
 from bgpd.apisim.threaded import ApiSimulatorThread
 
 __all__ = [
+    "METALLB_RESOURCES",
     "RESOURCES",
     "ApiError",
     "ApiSimulator",

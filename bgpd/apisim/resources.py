@@ -72,6 +72,9 @@ class ResourceDef:
     extra_fields: tuple[str, ...] = ()
     merge_keys: MergeKeys = field(default_factory=lambda: _merge_keys({}))
     categories: tuple[str, ...] = ()
+    #: A custom resource: list items keep kind/apiVersion (the apiserver serves CRDs as
+    #: unstructured objects), and strategic merge is not allowed (415), as for CRDs.
+    crd: bool = False
 
     @property
     def api_version(self) -> str:
@@ -250,13 +253,40 @@ RESOURCES: tuple[ResourceDef, ...] = (
     ),
 )
 
+
+def _metallb(kind: str, plural: str, version: str = "v1beta1") -> ResourceDef:
+    # MetalLB's CRDs (config/crd in metallb/metallb): namespaced, generation, no status.
+    return ResourceDef(
+        group="metallb.io",
+        version=version,
+        plural=plural,
+        kind=kind,
+        namespaced=True,
+        singular=kind.lower(),
+        has_generation=True,
+        crd=True,
+    )
+
+
+#: The MetalLB config kinds (BGPPeer in its storage version v1beta2 only: the simulator
+#: does not convert between versions). Not served unless a table includes them.
+METALLB_RESOURCES: tuple[ResourceDef, ...] = (
+    _metallb("IPAddressPool", "ipaddresspools"),
+    _metallb("BGPPeer", "bgppeers", "v1beta2"),
+    _metallb("BGPAdvertisement", "bgpadvertisements"),
+    _metallb("Community", "communities"),
+    _metallb("BFDProfile", "bfdprofiles"),
+)
+
 VERBS = _VERBS
 
 
 class ResourceTable:
     """Look-ups over a tuple of `ResourceDef` by URL parts, by kind and by name."""
 
-    def __init__(self, resources: tuple[ResourceDef, ...] = RESOURCES) -> None:
+    def __init__(self, resources: tuple[ResourceDef, ...] | None = None) -> None:
+        if resources is None:
+            resources = RESOURCES + METALLB_RESOURCES
         self.resources = resources
         self._by_path = {(r.group, r.version, r.plural): r for r in resources}
         self._by_gvk: dict[tuple[str, str], ResourceDef] = {}

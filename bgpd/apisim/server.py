@@ -486,6 +486,14 @@ class ApiSimulator:
                 f"the body of the request was in an unknown format - accepted media types "
                 f"include: {', '.join(_PATCH_TYPES)}",
             )
+        if patch_type == "strategic" and t.rd.crd:
+            # As for CRDs: they have no Go struct to carry the patch strategy.
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types "
+                "include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml",
+            )
         text = await request.text()
         try:
             patch = yaml.safe_load(text) if patch_type == "apply" else json.loads(text)
@@ -544,7 +552,7 @@ class ApiSimulator:
             if record is None or not _selected(record.obj, labels, fields):
                 continue
             gone, _ = self.store.delete_record(t.rd, key[1], key[0] or None, dry_run=dry_run)
-            deleted.append(gone.item_json())
+            deleted.append(gone.json() if t.rd.crd else gone.item_json())
         return _raw(self._list_body(t.rd, str(self.store.resource_version), "", None, deleted))
 
     # ------------------------------------------------------------------ list
@@ -606,7 +614,7 @@ class ApiSimulator:
         if tables.wants_table(request.headers.get("Accept", "")):
             meta = _list_meta(str(list_rv), cont, remaining)
             return _json(tables.table(t.rd, [r.obj for r in selected], meta))
-        items = [r.item_json() for r in selected]
+        items = [r.json() if t.rd.crd else r.item_json() for r in selected]
         return _raw(self._list_body(t.rd, str(list_rv), cont, remaining, items))
 
     @staticmethod

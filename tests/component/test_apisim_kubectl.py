@@ -286,3 +286,45 @@ def test_create_generators_send_protobuf_which_is_refused_with_415(kubectl: Kube
     # Documented limit: `kubectl create namespace|configmap|secret` encode protobuf.
     err = kubectl.fails("create", "namespace", "team-b")
     assert "UnsupportedMediaType" in err
+
+
+METALLB = """\
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: pool, namespace: metallb-system}
+spec: {addresses: [10.99.1.0/24]}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: router, namespace: metallb-system}
+spec: {myASN: 64513, peerASN: 64512, peerAddress: 172.31.250.1}
+"""
+
+
+def test_metallb_custom_resources_apply_and_list(sim: ApiSimulatorThread, kubectl: Kubectl) -> None:
+    out = kubectl("apply", "--validate=false", "-f", "-", stdin=METALLB)
+    assert "ipaddresspool.metallb.io/pool created" in out
+    assert "bgppeer.metallb.io/router created" in out
+    kubectl("apply", "--validate=false", "-f", "-", stdin=METALLB.replace("10.99.1.0", "10.99.2.0"))
+    pool = sim.store.get("ipaddresspools.metallb.io", "pool", "metallb-system")
+    assert pool is not None
+    assert (pool["spec"]["addresses"], pool["metadata"]["generation"]) == (["10.99.2.0/24"], 2)
+    dump = kubectl.json("get", "ipaddresspools,bgppeers", "-A")
+    assert [(i["apiVersion"], i["kind"]) for i in dump["items"]] == [
+        ("metallb.io/v1beta1", "IPAddressPool"),
+        ("metallb.io/v1beta2", "BGPPeer"),
+    ]
+    err = kubectl.fails(
+        "patch",
+        "ipaddresspool",
+        "pool",
+        "-n",
+        "metallb-system",
+        "--type",
+        "strategic",
+        "-p",
+        '{"spec":{"autoAssign":false}}',
+    )
+    assert "UnsupportedMediaType" in err or "unknown format" in err
+    for name, resource in (("pool", "ipaddresspools"), ("router", "bgppeers")):
+        sim.store.delete(resource + ".metallb.io", name, "metallb-system")
