@@ -824,7 +824,7 @@ async def test_discovery_lists_services_with_short_name_and_status(
 async def test_version_and_unknown_paths(http: aiohttp.ClientSession) -> None:
     status, doc = await call(http, "GET", "/version")
     assert (status, doc["major"], doc["minor"]) == (200, "1", "32")
-    status, doc = await call(http, "GET", "/apis/metallb.io/v1beta1")
+    status, doc = await call(http, "GET", "/apis/example.com/v1")
     assert (status, doc["kind"]) == (404, "Status")
     status, doc = await call(http, "GET", "/api/v1/widgets")
     assert status == 404

@@ -139,7 +139,7 @@ def test_node_ports_stay_in_range_when_wrapping() -> None:
 def test_unknown_kind_and_resource() -> None:
     store = Store()
     with pytest.raises(ApiError) as err:
-        store.create({"apiVersion": "metallb.io/v1beta1", "kind": "IPAddressPool", "metadata": {}})
+        store.create({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {}})
     assert err.value.code == 404
     with pytest.raises(ApiError):
         store.get("widgets", "a")
