@@ -12,6 +12,7 @@ import pytest
 from apisim_helpers import endpoint_slice, node, service
 from kubernetes import client as sync_client
 from kubernetes import config as sync_config
+from kubernetes import watch as sync_watch
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 from kubernetes.aio import watch as aio_watch
@@ -114,6 +115,30 @@ def test_sync_other_groups_leases_events_endpointslices(
     assert event.metadata.name.startswith("web.")
     core_events = sync_client.CoreV1Api(api).list_namespaced_event("default")
     assert core_events.items == []  # events.k8s.io and core events are separate here
+
+
+def test_sync_watch_with_bookmarks_and_timeout(
+    sync_env: tuple[ApiSimulatorThread, sync_client.ApiClient],
+) -> None:
+    sim, api = sync_env
+    core = sync_client.CoreV1Api(api)
+    sim.store.create(service("a"))
+    rv = core.list_namespaced_service("default").metadata.resource_version
+    sim.store.create(service("b"))
+    watcher = sync_watch.Watch()
+    events = [
+        (e["type"], e["raw_object"]["metadata"].get("name", ""))
+        for e in watcher.stream(
+            core.list_namespaced_service,
+            "default",
+            resource_version=rv,
+            allow_watch_bookmarks=True,
+            timeout_seconds=1,
+        )
+    ]
+    # bookmark_interval is 60 s in this fixture: replay only, then a clean end at 1 s.
+    assert events == [("ADDED", "b")]
+    assert watcher.resource_version == str(sim.store.resource_version)
 
 
 # ---------------------------------------------------------------- kubernetes.aio
