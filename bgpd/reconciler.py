@@ -18,7 +18,8 @@ Public API (the Kubernetes watcher implements SnapshotSource against it):
   before_apply=None, on_reconciled=None)``; ``await run()``; ``kick()`` (decide again,
   e.g. after a config reload); ``set_config(config)``; ``reconcile_once(first_change)``;
   read-only ``last_decision``, ``last_snapshot``, ``last_latency`` (seconds from the
-  first change to apply), ``decisions`` (count), ``skipped_unsynced``, ``skipped_stale``.
+  first change to apply), ``last_duration`` (seconds the pass took), ``decisions``
+  (count), ``skipped_unsynced``, ``skipped_stale``.
 
 This module decides nothing itself (bgpd.decision does) and knows no ExaBGP text.
 """
@@ -87,6 +88,8 @@ class Reconciler:
         self.last_decision: Decision | None = None
         self.last_snapshot: ClusterSnapshot | None = None
         self.last_latency: float | None = None
+        #: Seconds the last pass took (snapshot, decide, render, apply): a metric.
+        self.last_duration: float | None = None
         self.decisions = 0
         self.skipped_unsynced = 0
         self.skipped_stale = 0
@@ -113,6 +116,7 @@ class Reconciler:
             self.skipped_stale += 1
             log(_logger, logging.WARNING, "reconcile.source_stale", keeping="last applied routes")
             return None
+        started = time.monotonic()
         snapshot = self.source.snapshot()
         decision = decide(self.config, snapshot, self.node)
         if self.before_apply is not None:
@@ -121,6 +125,7 @@ class Reconciler:
         self.last_snapshot = snapshot
         self.last_decision = decision
         self.decisions += 1
+        self.last_duration = time.monotonic() - started
         self.last_latency = time.monotonic() - first_change
         log(
             _logger,

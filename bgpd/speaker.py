@@ -6,7 +6,13 @@
 * ``reconciler``  snapshot -> decide -> driver.apply,
 * ``exabgp``      started after the first rendering: driver socket + sender + supervisor,
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully (optionally drains
-  first), then ends the group.
+  first), then ends the group,
+* ``convergence`` times "decision applied -> ExaBGP acknowledged" for the metrics,
+* ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
+  pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP).
+
+The status listener also serves ``/metrics`` (bgpd.metrics, read from the driver,
+supervisor, reconciler and source at scrape time; docs/observability.md).
 
 Signals: SIGTERM/SIGINT = graceful stop (withdraw, wait for the acks and the flush, stop
 ExaBGP, SIGKILL after a bound); SIGHUP = re-read the config files (a bad file keeps the
@@ -37,12 +43,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from bgpd.config import ConfigError, load_config_or_raise
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
 from bgpd.exabgp.render import Rendering, render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
+from bgpd.explain import decision_json
 from bgpd.logs import log
+from bgpd.metrics import (
+    ConvergencePhase,
+    SpeakerMetrics,
+    SpeakerProbes,
+    WatchMetrics,
+    metrics_routes,
+)
 from bgpd.model import (
     BGPPeer,
     ClusterSnapshot,
@@ -52,6 +68,7 @@ from bgpd.model import (
     NodeName,
     PeerName,
 )
+from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Reconciler, SnapshotSource
 from bgpd.status import StatusServer
 
@@ -138,6 +155,8 @@ class Speaker:
         work_dir: Path,
         status_address: str,
         exabgp_prefix: Sequence[str] = (),
+        registry: CollectorRegistry | None = None,
+        watch: WatchMetrics | None = None,
     ) -> None:
         self.config = config
         self.config_paths = list(config_paths)
@@ -159,8 +178,22 @@ class Speaker:
             sink=self.driver,
             debounce=sc.debounce,
             before_apply=self._before_apply,
+            on_reconciled=self._on_reconciled,
         )
         self.status_server = StatusServer(status_address, self)
+        # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
+        # the driver's event queue and never blocks it (bgpd.mqtt).
+        self.config_stale = False
+        self.mqtt = MQTTPublisher(sc.mqtt, node=node) if sc.mqtt is not None else None
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = SpeakerMetrics(
+            self.registry, self._probes(), node=node, mqtt=self.mqtt, watch=watch
+        )
+        self.status_server.add_routes(metrics_routes(self.registry))
+        #: (first unacknowledged change, last apply), monotonic; see _convergence().
+        self._unconverged: tuple[float, float] | None = None
+        self._applied = asyncio.Event()
+        self._last_desired: object = None
         self.rendered = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self.drain_started: float | None = None
@@ -209,6 +242,7 @@ class Speaker:
         try:
             config, warnings = load_config_or_raise(self.config_paths)
         except ConfigError as exc:
+            self.config_stale = True
             log(
                 _logger,
                 logging.ERROR,
@@ -217,6 +251,7 @@ class Speaker:
                 keeping="running config",
             )
         else:
+            self.config_stale = False
             for w in warnings:
                 log(_logger, logging.WARNING, "config.warning", warning=str(w))
             self.config = config
@@ -249,6 +284,66 @@ class Speaker:
             if self.drain_started is None
             else self.drain_started + self.drain_window,
         }
+
+    # ------------------------------------------------------------------ observability
+
+    def _probes(self) -> SpeakerProbes:
+        sup = self.runtime.supervisor
+        return SpeakerProbes(
+            peers=self.driver.peer_status,
+            routes=self.driver.acknowledged,
+            decision=lambda: self.reconciler.last_decision,
+            snapshot=lambda: self.reconciler.last_snapshot,
+            running=lambda: sup.pid is not None,
+            restarts=lambda: sup.restarts,
+            commands=lambda: self.driver.stats.commands_sent,
+            # A Speaker only exists with a valid config; a rejected reload keeps it.
+            loaded=lambda: True,
+            stale=lambda: self.config_stale,
+            kinds_synced=self._kinds_synced,
+            source_stale=lambda: self.source.stale,
+        )
+
+    def _kinds_synced(self) -> Mapping[str, bool]:
+        """Per kind when the source has informers (Kubernetes), else the source as one."""
+        group = getattr(self.source, "group", None)
+        informers = getattr(group, "informers", None)
+        if informers:
+            return {i.kind.name: i.has_synced for i in informers}
+        return {"cluster": self.source.synced}
+
+    def _on_reconciled(self, decision: Decision, latency: float) -> None:
+        """Record the decide phase now; _convergence() times the acknowledge phase, only
+        when the desired routes changed (a pass that changes nothing sends nothing)."""
+        self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
+        if self.reconciler.last_duration is not None:
+            self.metrics.observe_reconcile(self.reconciler.last_duration)
+        desired = decision.by_peer()
+        if desired == self._last_desired:
+            return
+        self._last_desired = desired
+        now = time.monotonic()
+        first = now - latency
+        # Keep the oldest change not acknowledged yet: "total" is what an operator waits.
+        if self._unconverged is not None:
+            first = min(first, self._unconverged[0])
+        self._unconverged = (first, now)
+        self._applied.set()
+
+    async def _convergence(self) -> None:
+        """Time "decision applied -> ExaBGP acknowledged everything", and the total."""
+        while True:
+            await self._applied.wait()
+            self._applied.clear()
+            if not await self.driver.wait_converged(within=600.0):
+                continue
+            if self._unconverged is None or self._applied.is_set():
+                continue  # a newer decision is pending: measure when that one converges
+            first, applied = self._unconverged
+            self._unconverged = None
+            now = time.monotonic()
+            self.metrics.observe_convergence(ConvergencePhase.ACKNOWLEDGE, now - applied)
+            self.metrics.observe_convergence(ConvergencePhase.TOTAL, now - first)
 
     # ------------------------------------------------------------------ status provider
 
@@ -322,6 +417,16 @@ class Speaker:
                 "skipped": 0 if decision is None else len(decision.skipped),
                 "latency": self.reconciler.last_latency,
             },
+            # The last decision in explain's JSON contract, for `explain --from-speaker`.
+            "explain": None if decision is None else decision_json(decision),
+            "config": {"stale": self.config_stale},
+            "mqtt": None
+            if self.mqtt is None
+            else {
+                "connected": self.mqtt.connected,
+                "queued": self.mqtt.queued,
+                "dropped": self.mqtt.dropped,
+            },
             "peers": peers,
             "routes": routes,
         }
@@ -367,6 +472,11 @@ class Speaker:
                 tg.create_task(self.reconciler.run(), name="reconciler")
                 tg.create_task(self._run_exabgp(), name="exabgp")
                 tg.create_task(self._lifecycle(), name="lifecycle")
+                tg.create_task(self._convergence(), name="convergence")
+                if self.mqtt is not None:
+                    tg.create_task(self.mqtt.run(), name="mqtt")
+                    events = self.driver.subscribe()
+                    tg.create_task(self.mqtt.follow(events), name="mqtt-events")
         except* _Stop:
             code = 0
         except* CrashLoopError as group:

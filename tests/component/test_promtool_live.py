@@ -1,0 +1,266 @@
+"""The real `kube-bgpd speaker` (in a node namespace, against a real BIRD and a real
+mosquitto): its live /metrics passes `promtool check metrics` and reflects the routers'
+view, its MQTT retained state is the current state, `--log-format json` logs are JSON
+with stable event names, and `explain --from-speaker` answers from it."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bgpd.lab.netns import Netns
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from bgpd.lab.topology import Topology
+
+pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(240)]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+MOSQUITTO = shutil.which("mosquitto") or "/usr/sbin/mosquitto"
+LISTENER = "127.0.0.1:7473"
+MQTT_PORT = 1883  # a fresh namespace: nothing else listens on its loopback
+
+
+def _config() -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "svc"},
+            "spec": {"addresses": ["10.99.100.0/24"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor"},
+            "spec": {
+                "myASN": NODE_ASN,
+                "peerASN": ROUTER_ASN,
+                "peerAddress": "172.31.250.1",
+                "holdTime": "9s",
+            },
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "svc"},
+            "spec": {"ipAddressPools": ["svc"], "communities": ["65000:7"]},
+        },
+        {
+            "apiVersion": "kube-bgpd.io/v1alpha1",
+            "kind": "SpeakerConfig",
+            "metadata": {"name": "speaker"},
+            "spec": {"mqtt": {"host": "127.0.0.1", "port": MQTT_PORT}},
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def _dump(services: dict[str, str]) -> str:
+    """Services name -> IP, each with one ready endpoint on node1; plus an idle one."""
+    items: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node1"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "172.31.250.11"}]},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "idle", "namespace": "shop", "uid": "u-idle"},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "10.99.100.99"}]}},
+        },
+    ]
+    for name, ip in services.items():
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": "shop", "uid": f"u-{name}"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+            }
+        )
+        items.append(
+            {
+                "apiVersion": "discovery.k8s.io/v1",
+                "kind": "EndpointSlice",
+                "metadata": {
+                    "name": f"{name}-a",
+                    "namespace": "shop",
+                    "labels": {"kubernetes.io/service-name": name},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
+                ],
+            }
+        )
+    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+# Runs inside the namespace: print every retained message under kube-bgpd/ as one JSON
+# object (topic -> payload text) once the broker has been quiet for 1 s.
+SUBSCRIBER = """
+import asyncio, json, sys, aiomqtt
+async def main():
+    got = {}
+    async with aiomqtt.Client("127.0.0.1", int(sys.argv[1])) as c:
+        await c.subscribe("kube-bgpd/#", qos=1)
+        it = aiter(c.messages)
+        while True:
+            try:
+                m = await asyncio.wait_for(anext(it), 1.0)
+            except TimeoutError:
+                break
+            if m.retain:
+                got[str(m.topic)] = m.payload.decode()
+    print(json.dumps(got))
+asyncio.run(main())
+"""
+
+
+def _retained(node: Netns) -> dict[str, str]:
+    out = node.run([sys.executable, "-c", SUBSCRIBER, str(MQTT_PORT)], timeout=30)
+    doc: dict[str, str] = json.loads(out.stdout)
+    return doc
+
+
+def _scrape(node: Netns, path: str = "/metrics") -> subprocess.CompletedProcess[str]:
+    return node.run(["curl", "-s", "-f", f"http://{LISTENER}{path}"], check=False, timeout=10)
+
+
+def _samples(text: str) -> dict[str, float]:
+    """'name{labels}' -> value, from the text exposition."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def _wait(cond: Callable[[], Any], what: str, timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def broker(topology: Topology, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    conf = tmp_path / "mosquitto.conf"
+    conf.write_text(f"listener {MQTT_PORT} 127.0.0.1\nallow_anonymous true\nuser root\n")
+    with (tmp_path / "mosquitto.log").open("wb") as log:
+        proc = topology.nodes[0].popen([MOSQUITTO, "-c", str(conf)], stdout=log, stderr=log)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_live_speaker_metrics_mqtt_logs_and_explain(
+    topology: Topology,
+    make_router: Callable[..., Router],
+    broker: subprocess.Popen[bytes],
+    tmp_path: Path,
+) -> None:
+    del broker
+    bird = make_router("bird")
+    node = topology.nodes[0]
+    (tmp_path / "config.yaml").write_text(_config())
+    dump = tmp_path / "cluster.yaml"
+    dump.write_text(_dump({"web": "10.99.100.5", "api": "10.99.100.6"}))
+    log_path = tmp_path / "speaker.log"
+    argv = [
+        KUBE_BGPD, "speaker", "--config", str(tmp_path / "config.yaml"),
+        "--node-name", "node1", "--cluster-file", str(dump),
+        "--work-dir", str(tmp_path / "work"), "--metrics-address", LISTENER,
+        "--log-format", "json",
+    ]  # fmt: skip
+    with log_path.open("wb") as log:
+        proc = node.popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        bird.wait_rib(
+            lambda r: (
+                {ipaddress.ip_network("10.99.100.5/32"), ipaddress.ip_network("10.99.100.6/32")}
+                <= set(r)
+            ),
+            30,
+        )
+        web = 'kube_bgpd_service_announced{peer="tor",prefix="10.99.100.5/32",service="shop/web"}'
+
+        def scraped() -> dict[str, float] | None:
+            out = _scrape(node)
+            s = _samples(out.stdout) if out.returncode == 0 else {}
+            ok = s.get('kube_bgpd_bgp_session_up{peer="tor"}') == 1.0 and s.get(web) == 1.0
+            return s if ok and s.get('kube_bgpd_convergence_seconds_count{phase="total"}') else None
+
+        samples = _wait(scraped, "session up, web announced and one convergence in /metrics")
+        text = _scrape(node).stdout
+        lint = subprocess.run(
+            [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
+        )
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert samples['kube_bgpd_bgp_prefixes_acknowledged{peer="tor"}'] == 2.0
+        assert samples["kube_bgpd_exabgp_running"] == 1.0
+        assert samples['kube_bgpd_services_skipped{reason="noEndpoints"}'] == 1.0
+        assert samples['kube_bgpd_service_serving_endpoints{service="shop/idle"}'] == 0.0
+        assert samples["kube_bgpd_reconcile_duration_seconds_count"] >= 1.0
+        assert samples["kube_bgpd_mqtt_connected"] == 1.0
+        assert _scrape(node, "/readyz").returncode == 0
+
+        retained = _wait(
+            lambda: (r := _retained(node)) and len([t for t in r if "/routes/" in t]) == 2 and r,
+            "two retained routes",
+        )
+        assert json.loads(retained["kube-bgpd/node1/peers/tor"])["state"] == "up"
+        route = json.loads(retained["kube-bgpd/node1/routes/10.99.100.5_32"])
+        assert (route["state"], route["communities"]) == ("announced", ["65000:7"])
+        assert retained["kube-bgpd/node1/status"] == "online"
+
+        live = node.run(
+            [KUBE_BGPD, "explain", "--from-speaker", "--metrics-address", LISTENER, "shop/web"]
+        )
+        assert "10.99.100.5/32" in live.stdout
+        assert "tor" in live.stdout
+
+        # api is deleted: its series and its retained message go away by themselves.
+        dump.write_text(_dump({"web": "10.99.100.5"}))
+        bird.wait_rib(lambda r: ipaddress.ip_network("10.99.100.6/32") not in r, 30)
+        _wait(lambda: 'service="shop/api"' not in _scrape(node).stdout, "api series gone")
+        _wait(
+            lambda: "kube-bgpd/node1/routes/10.99.100.6_32" not in _retained(node),
+            "api's retained route cleared",
+        )
+
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    lines = log_path.read_text().splitlines()
+    events = [json.loads(line) for line in lines if line.startswith("{")]
+    assert len(events) == len(lines), f"non-JSON log lines: {lines}"
+    names = {e["event"] for e in events}
+    assert {"speaker.started", "peer.up", "mqtt.connected", "speaker.stopped"} <= names
+    assert all({"ts", "level", "event", "logger"} <= e.keys() for e in events)
