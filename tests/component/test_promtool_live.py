@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
+from k8s_kit import endpoint_slice, lb_service
+from k8s_kit import node as node_object
 
 from bgpd.lab.netns import Netns
 from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
@@ -70,45 +72,12 @@ def _config() -> str:
 def _dump(services: dict[str, str]) -> str:
     """Services name -> IP, each with one ready endpoint on node1; plus an idle one."""
     items: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": "node1"},
-            "status": {"addresses": [{"type": "InternalIP", "address": "172.31.250.11"}]},
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "idle", "namespace": "shop", "uid": "u-idle"},
-            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-            "status": {"loadBalancer": {"ingress": [{"ip": "10.99.100.99"}]}},
-        },
+        node_object("node1"),
+        lb_service("idle", "shop", ips=("10.99.100.99",)),
     ]
     for name, ip in services.items():
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name, "namespace": "shop", "uid": f"u-{name}"},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
-            }
-        )
-        items.append(
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": f"{name}-a",
-                    "namespace": "shop",
-                    "labels": {"kubernetes.io/service-name": name},
-                },
-                "addressType": "IPv4",
-                "endpoints": [
-                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
-                ],
-            }
-        )
+        items.append(lb_service(name, "shop", ips=(ip,)))
+        items.append(endpoint_slice(f"{name}-a", name, (("10.0.0.1", "node1", True),), "shop"))
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
 
 
