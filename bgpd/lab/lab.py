@@ -79,6 +79,8 @@ POOL6 = ipaddress.IPv6Network("fd00:99:100::/120")
 POOL4_RANGE = "10.99.100.1-10.99.100.250"
 POOL6_RANGE = "fd00:99:100::1-fd00:99:100::fa"
 LAB_FILE = "lab.json"
+#: Where the API simulator listens: on the router, but not its BGP address.
+API_ADDRESS = ipaddress.IPv4Address("172.31.250.2")
 #: Each speaker's status listener, on its own namespace's loopback.
 STATUS_ADDRESS = "127.0.0.1:7473"
 
@@ -225,7 +227,7 @@ class Lab:
 
     @property
     def kubeconfig(self) -> Path:
-        """Reaches the API simulator from any lab namespace (172.31.250.1:6443)."""
+        """Reaches the API simulator from any lab namespace (172.31.250.2:6443)."""
         return self.dir / "kubeconfig"
 
     # -- bring-up -------------------------------------------------------------------
@@ -379,7 +381,10 @@ class Lab:
         return self.kubectl
 
     def _start_api(self, *, in_process: bool) -> None:
-        host = str(self.topology.router_address(4))
+        # An address of its own (a secondary on br0), so an API outage can be staged
+        # without touching the router's BGP address.
+        host = str(API_ADDRESS)
+        self.topology.router.ip("addr", "add", f"{host}/24", "dev", "br0")
         if in_process:
             self.apisim = NetnsApiSimulator(self.topology.router.name, host=host, port=API_PORT)
             self.apisim.__enter__()
@@ -472,6 +477,14 @@ class Lab:
                     f"{_tail(self.dir / 'controller.log')}"
                 )
             time.sleep(0.05)
+
+    def api_outage(self, down: bool) -> None:
+        """Make the API unreachable (its address leaves br0: packets to it are dropped,
+        open connections hang) or reachable again; BGP sessions are not touched."""
+        if down:
+            self.topology.router.ip("addr", "del", f"{API_ADDRESS}/24", "dev", "br0")
+        else:
+            self.topology.router.ip("addr", "add", f"{API_ADDRESS}/24", "dev", "br0")
 
     def get_services_table(self) -> str:
         """``kubectl get svc -A`` as a user sees it (the simulator prints the table)."""

@@ -21,7 +21,7 @@ import pytest
 
 from bgpd.lab.client import Result
 from bgpd.lab.lab import Lab, LabService
-from bgpd.lab.netns import process_alive
+from bgpd.lab.netns import NetnsError, process_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -244,3 +244,12 @@ def test_api_cluster_controller_allocates_and_routes_follow(
     lab.set_services([api])  # web deleted: its IPs withdrawn
     lab.router.wait_fib(IP4, set(), timeout=10)
     lab.router.wait_fib(IP6, set(), timeout=10)
+
+    # A staged API outage: unreachable, BGP untouched, then back.
+    assert lab.kubectl is not None
+    lab.api_outage(True)
+    with pytest.raises(NetnsError):
+        lab.kubectl.run("get", "svc", "-A", "--request-timeout=1s")
+    assert lab.router.fib("10.99.100.2") == nodes(lab, 3)
+    lab.api_outage(False)
+    assert "10.99.100.2" in lab.get_services_table()
