@@ -1,8 +1,9 @@
 """The lab's Kubernetes side: the API simulator inside the router namespace, and kubectl.
 
 Role: give the lab a cluster the way a user has one. The API simulator (bgpd.apisim)
-listens on an address of the router on the node LAN (172.31.250.2:6443), so the nodes' speakers and the
-controller reach it over the lab network and nothing listens in the host's namespace.
+listens on a second router address on the node LAN (172.31.250.2:6443), so the nodes'
+speakers and the controller reach it over the lab network and nothing listens in the
+host's namespace.
 Objects are written with the real ``kubectl`` run inside the router namespace, and the
 same ``kubectl get svc`` shows the user what the controller allocated.
 
