@@ -27,9 +27,11 @@ def human_age(created: str | None, now: datetime | None = None) -> str:
     if not created:
         return "<unknown>"
     try:
-        then = datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        then = datetime.fromisoformat(created.replace("Z", "+00:00"))
     except ValueError:
         return "<invalid>"
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=UTC)
     seconds = int(((now or datetime.now(UTC)) - then).total_seconds())
     if seconds < 0:
         return "<invalid>"
@@ -134,9 +136,29 @@ def _namespace_row(obj: Obj) -> list[Any]:
     ]
 
 
+def _event_row(obj: Obj) -> list[Any]:
+    # Core v1 Events and events.k8s.io Events: same columns, different field names.
+    about = obj.get("involvedObject") or obj.get("regarding") or {}
+    when = (
+        obj.get("lastTimestamp")
+        or obj.get("eventTime")
+        or (obj.get("series") or {}).get("lastObservedTime")
+        or obj["metadata"].get("creationTimestamp")
+    )
+    return [
+        human_age(when),
+        obj.get("type", ""),
+        obj.get("reason", ""),
+        f"{str(about.get('kind', '')).lower()}/{about.get('name', '')}",
+        obj.get("message") or obj.get("note") or "",
+    ]
+
+
 def _age_row(obj: Obj) -> list[Any]:
     return [human_age(obj["metadata"].get("creationTimestamp"))]
 
+
+_EVENT_COLUMNS = [_col("Last Seen"), _col("Type"), _col("Reason"), _col("Object"), _col("Message")]
 
 _PRINTERS: dict[str, tuple[list[dict[str, Any]], Any]] = {
     "services": (
@@ -169,17 +191,22 @@ _PRINTERS: dict[str, tuple[list[dict[str, Any]], Any]] = {
         _node_row,
     ),
     "namespaces": ([_col("Status"), _col("Age")], _namespace_row),
+    "events": (_EVENT_COLUMNS, _event_row),
+    "events.events.k8s.io": (_EVENT_COLUMNS, _event_row),
 }
 
 
 def table(rd: ResourceDef, objects: Iterable[Obj], meta: Mapping[str, Any]) -> dict[str, Any]:
     """A Table of `objects` with PartialObjectMetadata rows, as kubectl expects."""
     columns, row = _PRINTERS.get(rd.key, ([_col("Age")], _age_row))
+    # Events show their name only with -o wide, last (as the apiserver prints them).
+    name_last = rd.key in ("events", "events.events.k8s.io")
     rows = []
     for obj in objects:
+        name = obj["metadata"]["name"]
         rows.append(
             {
-                "cells": [obj["metadata"]["name"], *row(obj)],
+                "cells": [*row(obj), name] if name_last else [name, *row(obj)],
                 "object": {
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
@@ -191,7 +218,9 @@ def table(rd: ResourceDef, objects: Iterable[Obj], meta: Mapping[str, Any]) -> d
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
         "metadata": dict(meta),
-        "columnDefinitions": [_NAME, *columns],
+        "columnDefinitions": [*columns, {**_NAME, "priority": 1}]
+        if name_last
+        else [_NAME, *columns],
         "rows": rows,
     }
 
