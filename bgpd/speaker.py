@@ -84,11 +84,15 @@ class RunnableSource(SnapshotSource, Protocol):
     def reload(self) -> None: ...
 
 
-def make_source(args: argparse.Namespace, config: Config) -> RunnableSource:
-    """The one place that picks the cluster source from the command line."""
+def make_source(
+    args: argparse.Namespace, config: Config, *, observer: WatchMetrics | None = None
+) -> RunnableSource:
+    """The one place that picks the cluster source from the command line. `observer`
+    counts watch events and relists (the Kubernetes source's informers take it as their
+    InformerObserver); the file source has no watch to count."""
     from bgpd.clusterfile import ClusterFileSource
 
-    del config  # the Kubernetes source will need it (loadBalancerClass, namespaces)
+    del config, observer  # the Kubernetes source will need them
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file:
         return ClusterFileSource(Path(cluster_file))

@@ -35,8 +35,11 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     from pathlib import Path
 
+    from prometheus_client import CollectorRegistry
+
     from bgpd.config import ConfigError, load_config_or_raise
     from bgpd.logs import setup_logging
+    from bgpd.metrics import WatchMetrics
     from bgpd.model import NodeName
     from bgpd.speaker import Speaker, make_source
 
@@ -58,13 +61,19 @@ def run(args: argparse.Namespace) -> int:
     address = args.metrics_address or config.speaker.metrics_address
 
     async def main() -> int:
+        # The watch counters exist before the source that feeds them and the speaker
+        # that exports them (bgpd.metrics).
+        registry = CollectorRegistry()
+        watch = WatchMetrics(registry)
         speaker = Speaker(
             config=config,
             config_paths=args.config,
             node=NodeName(args.node_name),
-            source=make_source(args, config),
+            source=make_source(args, config, observer=watch),
             work_dir=work_dir,
             status_address=address,
+            registry=registry,
+            watch=watch,
         )
         return await speaker.run()
 
