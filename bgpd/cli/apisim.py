@@ -59,8 +59,14 @@ def load_objects(path: Path) -> list[dict[str, Any]]:
         doc = docs.pop(0)
         if not isinstance(doc, dict):
             continue
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            docs[:0] = doc["items"]
+        kind = str(doc.get("kind", ""))
+        if kind.endswith("List") and isinstance(doc.get("items"), list):
+            items = doc["items"]
+            if kind != "List":
+                # A raw API list (curl, not kubectl) leaves kind/apiVersion off its items.
+                item_type = {"kind": kind[: -len("List")], "apiVersion": doc.get("apiVersion")}
+                items = [{**item_type, **i} if isinstance(i, dict) else i for i in items]
+            docs[:0] = items
             continue
         out.append(doc)
     return out

@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 
 
-@pytest.mark.parametrize("fmt", ["yaml-multidoc", "json-list"])
+@pytest.mark.parametrize("fmt", ["yaml-multidoc", "json-list", "raw-api-lists"])
 def test_cli_serves_seeded_objects_to_kubectl_and_stops_on_sigterm(
     tmp_path: Path, fmt: str
 ) -> None:
@@ -30,6 +30,17 @@ def test_cli_serves_seeded_objects_to_kubectl_and_stops_on_sigterm(
     seed = tmp_path / "seed"
     if fmt == "json-list":
         seed.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+    elif fmt == "raw-api-lists":
+        # As GET /api/v1/services answers: typed lists whose items lack kind/apiVersion.
+        lists = [
+            {
+                "apiVersion": o["apiVersion"],
+                "kind": o["kind"] + "List",
+                "items": [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")}],
+            }
+            for o in objects
+        ]
+        seed.write_text("\n---\n".join(json.dumps(d) for d in lists))
     else:
         seed.write_text("\n---\n".join(json.dumps(o) for o in objects) + "\n---\n")
     kubeconfig = tmp_path / "kubeconfig"
