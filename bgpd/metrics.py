@@ -14,11 +14,12 @@ Two kinds of metric live here, as prometheus_client's documentation recommends:
   objects, so names, labels and buckets stay in this file.
 
 The collaborators are small Protocols of our own (`SpeakerView`, `MQTTView`) built from
-`bgpd.model` types: tests hand in plain in-memory implementations and the composition
-root adapts the real driver and reconciler. This module must not import the Kubernetes
+`bgpd.model` types: tests hand in plain in-memory implementations (`StaticSpeakerView`)
+and the composition root hands callables over the real driver, supervisor, reconciler
+and source (`SpeakerProbes`). This module must not import the Kubernetes
 client, the ExaBGP driver, the reconciler or the MQTT publisher (import-linter keeps the
-adapters independent); the Kubernetes watcher reaches the watch counters through plain
-an observer the composition root passes it (`WatchMetrics`, matching
+adapters independent); the Kubernetes watcher reaches the watch counters through an
+observer the composition root passes it (`WatchMetrics`, which matches
 `k8s_watcher.informer.InformerObserver`).
 
 Every metric takes a `registry`, so tests use a fresh `CollectorRegistry` and two
@@ -28,6 +29,7 @@ metric carries a `node` label except `kube_bgpd_speaker_info`, which dashboards 
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter as _Counts
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -349,12 +351,13 @@ class SpeakerCollector(Collector):
         decision = view.last_decision()
         if decision is not None:
             ack = view.acknowledged()
-            for route in sorted(decision.routes, key=lambda r: (r.peer, r.prefix.compressed)):
-                done = route.prefix in ack.get(route.peer, {})
+            # The decision is already ordered (peer, prefix); with 10,000s of routes the
+            # text of each prefix is the main cost, so it is built once per route.
+            for route in decision.routes:
+                value = 1 if route.prefix in ack.get(route.peer, {}) else 0
+                prefix = str(route.prefix)
                 for svc in route.services:
-                    announced.add_metric(
-                        [svc, route.prefix.with_prefixlen, route.peer], 1 if done else 0
-                    )
+                    announced.add_metric([svc, prefix, route.peer], value)
             for reason, count in sorted(skipped_counts(decision).items()):
                 skipped.add_metric([reason.value], count)
             for svc, count in serving_services(decision, view.last_snapshot()).items():
@@ -606,13 +609,27 @@ def skipped_counts(decision: Decision) -> Mapping[SkipReason, int]:
     return _Counts(r for r, _ in {(s.reason, s.service) for s in decision.skipped})
 
 
+class _Collected:
+    """Metric families already collected, shaped like a registry for the encoders."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
 def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
     """``GET /metrics`` for the speaker's (or controller's) aiohttp listener, in the
     format the scraper asks for (OpenMetrics or Prometheus text)."""
 
     async def handler(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-        body = encoder(registry)
+        # Reading the state must happen on the event loop that owns it; turning the
+        # families into text (the larger part for 10,000s of routes) happens in a thread,
+        # so a scrape stalls the driver's loop as little as possible.
+        families = _Collected(list(registry.collect()))
+        body = await asyncio.to_thread(encoder, families)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     return [web.get("/metrics", handler)]
