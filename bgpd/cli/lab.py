@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--cluster",
         choices=("api", "file"),
         default="api",
-        help="api: API simulator + controller in the router namespace, Services via kubectl "
+        help="api: API simulator + controller in the router namespace, Services written to the API "
         "(default); file: the speakers read a cluster dump the lab writes",
     )
     up.add_argument("--json", action="store_true", help="print the status as JSON when up")

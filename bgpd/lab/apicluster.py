@@ -1,11 +1,11 @@
-"""The lab's Kubernetes side: the API simulator inside the router namespace, and kubectl.
+"""The lab's Kubernetes side: the API simulator inside the router namespace, and a client.
 
 Role: give the lab a cluster the way a user has one. The API simulator (bgpd.apisim)
 listens on a second router address on the node LAN (172.31.250.2:6443), so the nodes'
 speakers and the controller reach it over the lab network and nothing listens in the
 host's namespace.
-Objects are written with the real ``kubectl`` run inside the router namespace, and the
-same ``kubectl get svc`` shows the user what the controller allocated.
+The lab writes and reads objects through :class:`ApiClient` (plain HTTP from a thread
+inside the router namespace); a kubeconfig is written for people who want kubectl.
 
 Two ways to run the simulator there:
 
@@ -15,10 +15,11 @@ Two ways to run the simulator there:
 * ``kube-bgpd apiserver-sim`` as a process in the namespace (``kube-bgpd lab up``, which
   exits and leaves the lab running).
 
-Public interface: ``enter_netns(name)``, ``NetnsApiSimulator(netns_name, host, port)``,
-``Kubectl(netns, kubeconfig)`` with ``apply(objects)``, ``delete(kind, name, namespace)``,
-``get_json(*args)``, ``text(*args)``; object builders ``namespace_object``,
-``node_object``, ``service_object``, ``endpoint_slices``.
+Public interface: ``enter_netns(name)``, ``call_in_netns(name, fn)``,
+``NetnsApiSimulator(netns_name, host, port)``, ``ApiClient(netns_name, url)`` with
+``apply(objects)``, ``delete(kind, name, namespace)``, ``list(kind)``, ``request(...)``;
+``services_table(services)``; object builders ``namespace_object``, ``node_object``,
+``service_object``, ``endpoint_slices``.
 
 What it must not do: listen or connect outside the lab's namespaces.
 """
@@ -28,16 +29,16 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import shutil
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
-
-import yaml
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from bgpd.apisim.threaded import ApiSimulatorThread
-from bgpd.lab.netns import NETNS_DIR, Netns, NetnsError
+from bgpd.lab.netns import NETNS_DIR, NetnsError
 
+T = TypeVar("T")
 CLONE_NEWNET = 0x40000000
 API_PORT = 6443
 
@@ -71,41 +72,140 @@ class NetnsApiSimulator(ApiSimulatorThread):
         super()._main()
 
 
-class Kubectl:
-    """The real kubectl, run inside a lab namespace against the lab's kubeconfig."""
+class ApiError(RuntimeError):
+    """The lab's API request failed (unreachable, or an error status)."""
 
-    def __init__(self, netns: Netns, kubeconfig: Path) -> None:
-        self.netns = netns
-        self.kubeconfig = kubeconfig
-        self.binary = shutil.which("kubectl") or "/usr/bin/kubectl"
 
-    def run(self, *args: str, stdin: str | None = None, check: bool = True) -> str:
-        env = {
-            **os.environ,
-            "KUBECONFIG": str(self.kubeconfig),
-            "HOME": str(self.kubeconfig.parent),
-        }
-        proc = self.netns.run([self.binary, *args], input=stdin, env=env, check=False, timeout=60)
-        if check and proc.returncode != 0:
-            raise NetnsError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
-        return proc.stdout
+#: Collection paths of the kinds the lab writes.
+_PATHS: dict[str, tuple[str, bool]] = {
+    "Namespace": ("/api/v1/namespaces", False),
+    "Node": ("/api/v1/nodes", False),
+    "Service": ("/api/v1/namespaces/{ns}/services", True),
+    "EndpointSlice": ("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", True),
+}
 
-    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
-        if objects:
-            self.run(
-                "apply", "--validate=false", "-f", "-", stdin=yaml.safe_dump_all(list(objects))
-            )
 
-    def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
-        ns = ["-n", namespace] if namespace else []
-        self.run("delete", kind, name, *ns, "--ignore-not-found", "--wait=false")
+def call_in_netns(name: str, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on a short-lived thread that entered network namespace ``name``: its
+    sockets are that namespace's, the rest of the process stays where it is."""
+    box: dict[str, Any] = {}
 
-    def get_json(self, *args: str) -> dict[str, Any]:
-        doc: dict[str, Any] = json.loads(self.run("get", *args, "-o", "json"))
+    def target() -> None:
+        try:
+            enter_netns(name)
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller below
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"netns-{name}", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    value: T = box["value"]
+    return value
+
+
+class ApiClient:
+    """A few REST calls to the lab's API simulator, made from inside the router namespace.
+
+    Deliberately tiny (the lab writes four kinds) and dependency-free: kubectl is not a
+    Debian package on a fresh machine, and only k8s_watcher may use the Kubernetes client.
+    """
+
+    def __init__(self, netns_name: str, url: str, *, timeout: float = 10.0) -> None:
+        self.netns_name = netns_name
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, content_type: str = "application/json"
+    ) -> tuple[int, Any]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method)  # noqa: S310 - our simulator
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+
+        def send() -> tuple[int, Any]:
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310
+                    return resp.status, json.loads(resp.read() or b"null")
+            except urllib.error.HTTPError as exc:
+                return exc.code, json.loads(exc.read() or b"null")
+
+        try:
+            return call_in_netns(self.netns_name, send)
+        except (OSError, ValueError) as exc:
+            raise ApiError(f"{method} {path}: {exc}") from exc
+
+    def _ok(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        status, doc = self.request(method, path, body, **kw)
+        if status >= 400:
+            raise ApiError(f"{method} {path}: {status} {(doc or {}).get('message', '')}")
         return doc
 
-    def text(self, *args: str) -> str:
-        return self.run(*args)
+    def apply(self, objects: Sequence[dict[str, Any]]) -> None:
+        """Create each object, or merge-patch it if it exists (``kubectl apply``-like)."""
+        for obj in objects:
+            collection = self._collection(obj["kind"], obj["metadata"].get("namespace"))
+            status, doc = self.request("POST", collection, obj)
+            if status == 409:
+                self._ok(
+                    "PATCH",
+                    f"{collection}/{obj['metadata']['name']}",
+                    {k: v for k, v in obj.items() if k != "status"},
+                    content_type="application/merge-patch+json",
+                )
+            elif status >= 400:
+                raise ApiError(f"POST {collection}: {status} {(doc or {}).get('message', '')}")
+
+    def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
+        status, doc = self.request("DELETE", f"{self._collection(kind, namespace)}/{name}")
+        if status >= 400 and status != 404:
+            raise ApiError(f"DELETE {kind} {name}: {status} {(doc or {}).get('message', '')}")
+
+    def list(self, kind: str) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in every namespace, each with its kind set."""
+        path, namespaced = _PATHS[kind]
+        if namespaced:
+            path = path.replace("/namespaces/{ns}", "")
+        items: list[dict[str, Any]] = self._ok("GET", path).get("items", [])
+        version = "v1" if kind != "EndpointSlice" else "discovery.k8s.io/v1"
+        return [{"apiVersion": version, "kind": kind, **o} for o in items]
+
+    @staticmethod
+    def _collection(kind: str, namespace: str | None) -> str:
+        path, namespaced = _PATHS[kind]
+        return path.format(ns=namespace or "default") if namespaced else path
+
+
+def services_table(services: Sequence[dict[str, Any]]) -> str:
+    """The columns ``kubectl get svc -A`` prints (without AGE), for people."""
+    rows = [("NAMESPACE", "NAME", "TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)")]
+    for svc in services:
+        spec = svc.get("spec", {})
+        ingress = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        ports = ",".join(
+            f"{p.get('port')}"
+            + (f":{p['nodePort']}" if p.get("nodePort") else "")
+            + f"/{p.get('protocol', 'TCP')}"
+            for p in spec.get("ports", [])
+        )
+        rows.append(
+            (
+                svc["metadata"].get("namespace", ""),
+                svc["metadata"]["name"],
+                spec.get("type", ""),
+                spec.get("clusterIP") or "<none>",
+                ",".join(i["ip"] for i in ingress if i.get("ip")) or "<pending>",
+                ports or "<none>",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
 
 
 # --------------------------------------------------------------------------- objects

@@ -90,7 +90,7 @@ def run_demo(
         say.say(f"lab up in {time.monotonic() - say.started:.1f} s: files in {lab.dir}")
 
         say.step(1, "a LoadBalancer Service with pods on node1 and node2 gets its IP")
-        say.say("$ kubectl get svc -A   (against the API simulator; the controller allocated)")
+        say.say("kubectl get svc -A would show (the controller allocated from the pool):")
         say.say(lab.get_services_table())
         say.pause()
 

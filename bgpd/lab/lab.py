@@ -48,12 +48,14 @@ import yaml
 
 from bgpd.lab.apicluster import (
     API_PORT,
-    Kubectl,
+    ApiClient,
+    ApiError,
     NetnsApiSimulator,
     endpoint_slices,
     namespace_object,
     node_object,
     service_object,
+    services_table,
 )
 from bgpd.lab.client import Result
 from bgpd.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
@@ -90,7 +92,14 @@ class LabError(RuntimeError):
 
 
 #: What asking a router or a namespace can raise when the lab is half gone.
-_QUERY_ERRORS = (RouterError, NetnsError, subprocess.TimeoutExpired, OSError, ValueError)
+_QUERY_ERRORS = (
+    RouterError,
+    NetnsError,
+    ApiError,
+    subprocess.TimeoutExpired,
+    OSError,
+    ValueError,
+)
 
 
 def kube_bgpd_argv() -> list[str]:
@@ -198,7 +207,7 @@ class _Recorded:
     #: True when the lab made its directory itself (then `down` removes it).
     owns_directory: bool = False
     #: "file": the speakers read a cluster dump the lab writes; "api": the API simulator
-    #: and the controller run in the router namespace, Services are written with kubectl.
+    #: and the controller run in the router namespace, Services are written to the API.
     cluster: str = "file"
     #: In "api" mode: the speakers watch the API (``--kubeconfig``) instead of reading the
     #: dump the lab mirrors from the API after each change.
@@ -221,8 +230,10 @@ class Lab:
         self.services: list[LabService] = [LabService(**_svc_args(s)) for s in rec.services]
         #: The in-process API simulator (tests' fault hooks), when this process runs it.
         self.apisim: NetnsApiSimulator | None = None
-        self.kubectl: Kubectl | None = (
-            Kubectl(topology.router, self.kubeconfig) if rec.cluster == "api" else None
+        self.api: ApiClient | None = (
+            ApiClient(topology.router.name, f"http://{API_ADDRESS}:{API_PORT}")
+            if rec.cluster == "api"
+            else None
         )
 
     @property
@@ -344,7 +355,7 @@ class Lab:
         """Declare the cluster's Services (the whole set).
 
         File mode: the speakers see the new dump within ~0.5 s. API mode: the Services and
-        their EndpointSlices are applied with kubectl (gone ones deleted), the controller
+        their EndpointSlices are written to the API (gone ones deleted), the controller
         allocates their IPs (``ips`` of a LabService are then requested IPs, or empty),
         and ``self.services`` holds the allocated IPs. Either way every service IP is put
         on every node's ``lo`` for the HTTP servers.
@@ -375,10 +386,10 @@ class Lab:
 
     # -- the API side ---------------------------------------------------------------
 
-    def _api(self) -> Kubectl:
-        if self.kubectl is None:
+    def _api(self) -> ApiClient:
+        if self.api is None:
             raise LabError("this lab runs without the API simulator (cluster=file)")
-        return self.kubectl
+        return self.api
 
     def _start_api(self, *, in_process: bool) -> None:
         # An address of its own (a secondary on br0), so an API outage can be staged
@@ -399,17 +410,28 @@ class Lab:
                 str(self.kubeconfig),
             ]
             self._spawn(self.topology.router, argv, self.dir / "apisim.log")
-            deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                self._api().list("Namespace")
+                break
+            except ApiError as exc:
+                if time.monotonic() > deadline:
+                    raise LabError(
+                        f"API simulator did not start: {exc} {_tail(self.dir / 'apisim.log')}"
+                    ) from exc
+                time.sleep(0.02)
+        if not in_process:
             while not self.kubeconfig.exists():
                 if time.monotonic() > deadline:
                     raise LabError(f"API simulator did not start: {_tail(self.dir / 'apisim.log')}")
                 time.sleep(0.02)
-        kubectl = self._api()
+        api = self._api()
         nodes = [
             node_object(f"node{i}", node_addresses(self.topology, i))
             for i in range(1, len(self.topology.nodes) + 1)
         ]
-        kubectl.apply([namespace_object("demo"), *nodes])
+        api.apply([namespace_object("demo"), *nodes])
         argv = [
             *kube_bgpd_argv(),
             "controller",
@@ -425,14 +447,14 @@ class Lab:
         self._save()
 
     def _apply_api_services(self, services: list[LabService], timeout: float) -> list[LabService]:
-        kubectl = self._api()
+        api = self._api()
         wanted = {(s.namespace, s.name) for s in services}
         for old in self.services_in_api():
             if (old["metadata"]["namespace"], old["metadata"]["name"]) not in wanted:
-                kubectl.delete("service", old["metadata"]["name"], old["metadata"]["namespace"])
+                api.delete("Service", old["metadata"]["name"], old["metadata"]["namespace"])
                 for fam in (4, 6):
-                    kubectl.delete(
-                        "endpointslice",
+                    api.delete(
+                        "EndpointSlice",
                         f"{old['metadata']['name']}-v{fam}",
                         old["metadata"]["namespace"],
                     )
@@ -452,7 +474,7 @@ class Lab:
             objects += endpoint_slices(
                 svc.name, svc.namespace, families=fams, pod_nodes=svc.pod_nodes, port=svc.port
             )
-        kubectl.apply(objects)
+        api.apply(objects)
         # Wait for the controller's allocation (status.loadBalancer.ingress).
         deadline = time.monotonic() + timeout
         while True:
@@ -487,17 +509,20 @@ class Lab:
             self.topology.router.ip("addr", "add", f"{API_ADDRESS}/24", "dev", "br0")
 
     def get_services_table(self) -> str:
-        """``kubectl get svc -A`` as a user sees it (the simulator prints the table)."""
-        return self._api().text("get", "services", "-A")
+        """What ``kubectl get svc -A`` shows (its columns, without AGE)."""
+        return services_table(self._api().list("Service"))
 
     def services_in_api(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self._api().get_json("services", "-A")["items"]
+        items = self._api().list("Service")
         return [o for o in items if o.get("spec", {}).get("type") == "LoadBalancer"]
 
     def _mirror_api(self) -> None:
         """Write the API's Services, EndpointSlices and Nodes as the speakers' dump."""
-        text = self._api().text("get", "services,endpointslices,nodes", "-A", "-o", "yaml")
-        self._write_dump(text)
+        api = self._api()
+        items = [*api.list("Service"), *api.list("EndpointSlice"), *api.list("Node")]
+        self._write_dump(
+            yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+        )
 
     def expected_nexthops(self, svc: LabService, family: int = 4) -> set[IPAddress]:
         """Where the router should send ``svc``'s traffic, by MetalLB's rules."""

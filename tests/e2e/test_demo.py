@@ -30,7 +30,9 @@ def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> Non
     assert status == 0, text
     for n in range(1, 6):
         assert f"==> [{n}/5]" in text, text
-    assert re.search(r"demo\s+web\s+LoadBalancer\s+\S+\s+10\.99\.100\.1,fd00:99:100::1\s+80:", text)
+    assert re.search(
+        r"demo\s+web\s+LoadBalancer\s+\S+\s+10\.99\.100\.1,fd00:99:100::1\s+80:\d+/TCP", text
+    )
     assert "=> node1, node2, node3" in text
     assert "=> node1, node2\n" in text  # Local
     assert "=> node2\n" in text  # node1's speaker stopped

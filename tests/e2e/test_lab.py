@@ -19,9 +19,10 @@ from typing import Any
 
 import pytest
 
+from bgpd.lab.apicluster import ApiClient, ApiError
 from bgpd.lab.client import Result
 from bgpd.lab.lab import Lab, LabService
-from bgpd.lab.netns import NetnsError, process_alive
+from bgpd.lab.netns import process_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -225,8 +226,8 @@ def test_lab_status_reports_what_runs(make_lab: Callable[..., Lab]) -> None:
 def test_api_cluster_controller_allocates_and_routes_follow(
     make_lab: Callable[..., Lab],
 ) -> None:
-    """The API simulator and the controller in the router namespace: Services written
-    with kubectl get their IPs from the pool; the router's routes follow them."""
+    """The API simulator and the controller in the router namespace: Services written to
+    the API get their IPs from the pool; the router's routes follow them."""
     lab = make_lab("bird", cluster="api", services=[LabService("web", (), pod_nodes=(1, 2))])
     [web] = lab.services
     assert web.ips == ("10.99.100.1", "fd00:99:100::1")
@@ -246,10 +247,11 @@ def test_api_cluster_controller_allocates_and_routes_follow(
     lab.router.wait_fib(IP6, set(), timeout=10)
 
     # A staged API outage: unreachable, BGP untouched, then back.
-    assert lab.kubectl is not None
+    assert lab.api is not None
+    impatient = ApiClient(lab.api.netns_name, lab.api.url, timeout=1)
     lab.api_outage(True)
-    with pytest.raises(NetnsError):
-        lab.kubectl.run("get", "svc", "-A", "--request-timeout=1s")
+    with pytest.raises(ApiError, match="timed out"):
+        impatient.list("Service")
     assert lab.router.fib("10.99.100.2") == nodes(lab, 3)
     lab.api_outage(False)
     assert "10.99.100.2" in lab.get_services_table()
