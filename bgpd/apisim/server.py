@@ -702,7 +702,7 @@ class ApiSimulator:
     ) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_seconds if timeout_seconds else None
-        next_bookmark = loop.time() + self.bookmark_interval if bookmarks else None
+        next_bookmark = self._next_bookmark(loop.time(), deadline) if bookmarks else None
         while not watch.closed:
             if watch.pending:
                 lines: list[bytes] = []
@@ -721,7 +721,7 @@ class ApiSimulator:
                 break
             if next_bookmark is not None and now >= next_bookmark:
                 await response.write(self._bookmark(watch.rd, seen_rv))
-                next_bookmark = now + self.bookmark_interval
+                next_bookmark = self._next_bookmark(now, deadline)
                 continue
             waits = [t for t in (deadline, next_bookmark) if t is not None]
             wait = min(waits) - now if waits else None
@@ -738,6 +738,17 @@ class ApiSimulator:
         if watch.cut:
             return
         await response.write_eof()
+
+    def _next_bookmark(self, now: float, deadline: float | None) -> float | None:
+        """When to send the next bookmark, as the apiserver's cacheWatcher schedules it.
+
+        Every `bookmark_interval`, and also 2 s before the watch's timeout so the client
+        resumes from a fresh resourceVersion; none if that moment has already passed.
+        """
+        when = now + self.bookmark_interval
+        if deadline is not None:
+            when = min(when, deadline - 2.0)
+        return when if when > now else None
 
     @staticmethod
     def _bookmark(rd: ResourceDef, rv: int, *, initial_events_end: bool = False) -> bytes:

@@ -975,3 +975,29 @@ async def test_table_output_for_kubectl(sim: ApiSimulator, http: aiohttp.ClientS
         "80:30000/TCP",
     )
     assert doc["rows"][0]["object"]["metadata"]["namespace"] == "default"
+
+
+async def test_watch_bookmark_comes_two_seconds_before_the_timeout() -> None:
+    # bookmark_interval is 0.2 s here; a long one shows the pre-timeout bookmark alone.
+    async with (
+        ApiSimulator(bookmark_interval=3600) as sim,
+        aiohttp.ClientSession(base_url=sim.url) as session,
+    ):
+        sim.store.create(service("a"))
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        params = {
+            "watch": "1",
+            "resourceVersion": str(sim.store.resource_version),
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": "3",
+        }
+        async with session.get(SVC, params=params) as r:
+            reader = WatchReader(r)
+            first = await reader.next()
+            at = loop.time() - started
+            rest = await reader.rest()
+    assert first is not None
+    assert first["type"] == "BOOKMARK"
+    assert 0.5 <= at < 2.5
+    assert rest == []
