@@ -620,8 +620,9 @@ class Store:
             self._objects[rd.key][key] = record
         event = WatchEvent(rv, rd, key, kind, record, old)
         self._history.append(event)
-        if len(self._history) > self._history_size:
-            # The ring is full: the oldest events go, as an etcd compaction would take them.
+        if len(self._history) > self._history_size + max(1, self._history_size // 10):
+            # Full: the oldest events go, as an etcd compaction would take them. Trimmed
+            # in batches so a busy store does not shift the whole list on every write.
             drop = len(self._history) - self._history_size
             self._watermark = max(self._watermark, self._history[drop - 1].rv)
             del self._history[:drop]
