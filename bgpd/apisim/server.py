@@ -195,7 +195,7 @@ class ApiSimulator:
         bookmark_interval: float = 60.0,
         token: str | None = None,
         tls: bool = False,
-        history_size: int = 200_000,
+        history_size: int = 20_000,
         request_log_size: int = 100_000,
     ) -> None:
         self.host = host

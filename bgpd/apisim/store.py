@@ -24,7 +24,7 @@ import json
 import random
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -98,27 +98,30 @@ class WatchEvent:
     type: Literal["ADDED", "MODIFIED", "DELETED"]
     new: Record
     old: Record | None
-    _lines: dict[str, bytes] = field(default_factory=dict)
+    _prior: bytes | None = None
 
     def line(self, event_type: str) -> bytes:
         """The watch-stream line for this event as seen with `event_type`.
 
-        A watcher whose selector the object leaves sees DELETED with the previous
-        content at this event's resourceVersion (as the apiserver's watch cache does).
+        The object's encoding is the record's, made once for all watchers (and the
+        write's HTTP answer); only the framing is added per watcher. A watcher whose
+        selector the object leaves sees DELETED with the previous content at this
+        event's resourceVersion (as the apiserver's watch cache does).
         """
-        cached = self._lines.get(event_type)
-        if cached is not None:
-            return cached
         if event_type == "DELETED" and self.type != "DELETED" and self.old is not None:
-            prior = clone(self.old.obj)
-            prior["metadata"]["resourceVersion"] = str(self.rv)
-            body = encode(prior)
+            if self._prior is None:
+                prior = clone(self.old.obj)
+                prior["metadata"]["resourceVersion"] = str(self.rv)
+                self._prior = encode(prior)
+            body = self._prior
         else:
             body = self.new.json()
-        line = b'{"type":"' + event_type.encode() + b'","object":' + body + b"}\n"
-        self._lines[event_type] = line
-        return line
+        return _EVENT_PREFIX[event_type] + body + b"}\n"
 
+
+_EVENT_PREFIX = {
+    t: b'{"type":"' + t.encode() + b'","object":' for t in ("ADDED", "MODIFIED", "DELETED")
+}
 
 Subscriber = Callable[[WatchEvent], None]
 
@@ -131,7 +134,7 @@ class Store:
         table: ResourceTable | None = None,
         *,
         start_resource_version: int = 1000,
-        history_size: int = 200_000,
+        history_size: int = 20_000,
         seed_namespaces: tuple[str, ...] = (
             "default",
             "kube-system",
