@@ -14,7 +14,9 @@ runs the simulator (the threaded helper marshals calls into it), and subscribers
 called synchronously inside the write. It knows nothing about HTTP.
 
 Public names other helpers use: `Store.create`, `update`, `update_status`, `patch`,
-`delete`, `get`, `list`, `apply`, `compact`, `resource_version`, `watermark`.
+`delete`, `get`, `list`, `apply`, `compact`, `subscribe`, `resource_version`,
+`watermark` (dicts in, copies out). The server uses the `*_record` variants, which answer
+with the stored `Record` so its cached encoding goes out as is.
 """
 
 from __future__ import annotations
