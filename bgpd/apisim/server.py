@@ -6,8 +6,8 @@ and health endpoints; LIST with label/field selectors and limit/continue paging;
 as a chunked stream of one JSON event per line (replay from a resourceVersion, 410 in the
 stream when it is compacted, bookmarks, timeoutSeconds, selector transitions); POST,
 PUT, PATCH (merge, JSON, strategic merge, a subset of server-side apply), DELETE and
-DELETE on a collection; errors as Status objects. Every event is serialized once and the
-same bytes go to every watcher.
+DELETE on a collection; errors as Status objects; Tables for `kubectl get`. Every event
+is serialized once and the same bytes go to every watcher.
 
 Test hooks, by name (other helpers rely on them):
 
@@ -18,8 +18,11 @@ Test hooks, by name (other helpers rely on them):
 * ``sim.cut_watches()``: abort every watch connection (no terminating chunk),
 * ``sim.fail_next(n, code=500)``: the next n resource requests get a Status error
   (429 also carries Retry-After),
-* ``sim.request_log``: `RequestRecord(method, path, query, status)` per request,
-* ``sim.active_watches`` and ``await sim.wait_for_watches(n)``.
+* ``sim.request_log``: `RequestRecord(method, path, query, status)` per request (a
+  watch is logged when it ends),
+* ``sim.active_watches`` and ``await sim.wait_for_watches(n, exact=False)``,
+* ``ApiSimulator(tls=True, token=...)``: HTTPS with a throw-away certificate
+  (``sim.ca_cert``) and a required bearer token.
 
 It must not be used for anything but tests, the lab and demos: there is no
 authorization, admission, validation of object schemas, or persistence.
