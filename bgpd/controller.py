@@ -43,7 +43,7 @@ from bgpd.allocation import (
     pool_usage,
 )
 from bgpd.logs import log
-from bgpd.metrics import ControllerMetrics
+from bgpd.metrics import ControllerMetrics, PoolCollector
 from bgpd.model import (
     ClusterSnapshot,
     Config,
@@ -51,6 +51,7 @@ from bgpd.model import (
     PoolName,
     Service,
     ServiceKey,
+    frozen_map,
 )
 from bgpd.objects import is_our_load_balancer
 from k8s_watcher.cache import KubernetesSource
@@ -204,6 +205,33 @@ def plan(
     return writes, new_reported
 
 
+@dataclass(slots=True)
+class _Written:
+    """What we wrote to one Service and the watch has not shown us yet."""
+
+    uid: str
+    ips: tuple[IPAddress, ...] | None = None
+    #: (pool,) once the annotation was written; (None,) once it was removed.
+    pool: tuple[PoolName | None] | None = None
+
+    def seen_in(self, service: Service) -> bool:
+        ips_ok = self.ips is None or service.ingress_ips == self.ips
+        current = service.annotations.get(ANNOTATION_IP_ALLOCATED_FROM_POOL)
+        return ips_ok and (self.pool is None or current == self.pool[0])
+
+    def applied_to(self, service: Service) -> Service:
+        if self.ips is not None:
+            service = dataclasses.replace(service, ingress_ips=self.ips)
+        if self.pool is not None:
+            annotations = dict(service.annotations)
+            if self.pool[0] is None:
+                annotations.pop(ANNOTATION_IP_ALLOCATED_FROM_POOL, None)
+            else:
+                annotations[ANNOTATION_IP_ALLOCATED_FROM_POOL] = self.pool[0]
+            service = dataclasses.replace(service, annotations=frozen_map(annotations))
+        return service
+
+
 @dataclass(frozen=True, slots=True)
 class ControllerTiming:
     #: Back-off after a round whose writes failed with a retryable error.
@@ -232,8 +260,8 @@ class Controller:
         self._informer_timing = informer_timing
         self._timing = timing or ControllerTiming()
         self._observer = observer
-        #: IPs we wrote per Service key, (uid, ips), until the cache shows them.
-        self._written: dict[ServiceKey, tuple[str, tuple[IPAddress, ...]]] = {}
+        #: What we wrote per Service key, until the cache shows it.
+        self._written: dict[ServiceKey, _Written] = {}
         self._reported: dict[ServiceKey, tuple[Service, str]] = {}
         self.last_result: AllocationResult = AllocationResult()
         #: Rounds run and writes made, for tests and logs.
@@ -300,16 +328,15 @@ class Controller:
                 failures = min(failures + 1, 16)
 
     def _overlay(self, snapshot: ClusterSnapshot) -> list[Service]:
-        """The Services with the IPs we wrote laid over what the cache still shows."""
+        """The Services with what we wrote laid over what the cache still shows."""
         out: list[Service] = []
         for key, service in snapshot.services.items():
             written = self._written.get(key)
             if written is not None:
-                uid, ips = written
-                if uid != service.uid or service.ingress_ips == ips:
+                if written.uid != service.uid or written.seen_in(service):
                     del self._written[key]  # caught up, or a new object of that name
                 else:
-                    service = dataclasses.replace(service, ingress_ips=ips)
+                    service = written.applied_to(service)
             out.append(service)
         for key in self._written.keys() - snapshot.services.keys():
             del self._written[key]
@@ -360,9 +387,12 @@ class Controller:
     async def _apply(self, w: Write) -> bool:
         svc = w.service
         try:
+            written = self._written.get(svc.key)
+            if written is None or written.uid != svc.uid:
+                written = self._written[svc.key] = _Written(svc.uid)
             if w.ips is not None:
                 await patch_service_status(self._client, svc.namespace, svc.name, w.ips)
-                self._written[svc.key] = (svc.uid, w.ips)
+                written.ips = w.ips
                 self.writes += 1
             if w.set_pool:
                 await patch_service_annotations(
@@ -371,6 +401,7 @@ class Controller:
                     svc.name,
                     {ANNOTATION_IP_ALLOCATED_FROM_POOL: w.pool},
                 )
+                written.pool = (w.pool,)
                 self.writes += 1
         except KubernetesError as exc:
             log(
@@ -424,15 +455,23 @@ async def run_controller(
     options: ControllerOptions,
     *,
     registry: CollectorRegistry | None = None,
+    observer: InformerObserver | None = None,
     elected: Callable[[LeaderElector, Controller], None] | None = None,
 ) -> None:
     """Campaign for the Lease and allocate while leader, until cancelled.
 
     Cancelling stops the current term (the allocator loop first), releases the Lease so a
-    standby takes over at once, and stops the Event writer. `elected`, if given, receives
+    standby takes over at once, and stops the Event writer. With `registry`, pool usage is
+    exported there, and the watch counters too unless an `observer` (the speaker's, when
+    the controller runs inside it) already counts them. `elected`, if given, receives
     the elector and controller before the campaign starts (tests and status use it).
     """
-    metrics = ControllerMetrics(registry, lambda: controller.usage()) if registry else None
+    metrics: InformerObserver | None = observer
+    if registry is not None and observer is None:
+        metrics = ControllerMetrics(registry, lambda: controller.usage())
+    elif registry is not None:
+        # In the speaker's process: its watch counters exist already; add the pools.
+        registry.register(PoolCollector(lambda: controller.usage()))
     recorder = EventRecorder(client, component="kube-bgpd-controller", host=options.identity)
     controller = Controller(
         config,

@@ -92,11 +92,18 @@ def make_source(
     InformerObserver); the file source has no watch to count."""
     from bgpd.clusterfile import ClusterFileSource
 
-    del config, observer  # the Kubernetes source will need them
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file:
         return ClusterFileSource(Path(cluster_file))
-    raise SystemExit("kube-bgpd speaker: --cluster-file is required in this build")
+    from k8s_watcher.cache import SpeakerSource
+
+    # --kubeconfig, $KUBECONFIG, ~/.kube/config, then in-cluster; loaded when run() starts.
+    return SpeakerSource.connect(
+        getattr(args, "kubeconfig", None),
+        config=config,
+        node=NodeName(args.node_name),
+        observer=observer,
+    )
 
 
 def kernel_choice(peer: IPAddress) -> IPAddress | None:
@@ -222,7 +229,11 @@ class Speaker:
         )
 
     def _before_apply(self, config: Config, snapshot: ClusterSnapshot, decision: Decision) -> None:
-        del config, decision
+        del config
+        # The Kubernetes source records "started/stopped announcing" Events (never blocks).
+        observe = getattr(self.source, "observe_decision", None)
+        if callable(observe):
+            observe(decision)
         try:
             rendering = self.render_now(snapshot)
         except (ExaBGPError, ValueError) as exc:
@@ -260,6 +271,10 @@ class Speaker:
                 log(_logger, logging.WARNING, "config.warning", warning=str(w))
             self.config = config
             self.reconciler.set_config(config)
+            # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
+            set_config = getattr(self.source, "set_config", None)
+            if callable(set_config):
+                set_config(config)
             log(_logger, logging.INFO, "config.reloaded")
         self.source.reload()
 

@@ -1,9 +1,11 @@
 """`kube-bgpd speaker`: run the per-node speaker (one supervised ExaBGP, driven from the
 cluster state).
 
-This build reads the cluster from a static dump (``--cluster-file``, re-read on SIGHUP
-and when it changes); the Kubernetes watcher plugs into bgpd.speaker.make_source. The
-command only parses flags, loads the config and hands over to bgpd.speaker.Speaker.
+The cluster comes from the API (``--kubeconfig``, $KUBECONFIG, ~/.kube/config, then
+in-cluster), or from a static dump (``--cluster-file``, re-read on SIGHUP and when it
+changes); bgpd.speaker.make_source picks. ``--with-controller`` also runs the IP allocator
+in this process. The command only parses flags, loads the config and hands over to
+bgpd.speaker.Speaker.
 """
 
 from __future__ import annotations
@@ -29,6 +31,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="ExaBGP's configuration and API socket (default from SpeakerConfig: /run/kube-bgpd)",
     )
+    parser.add_argument(
+        "--with-controller",
+        action="store_true",
+        help="also run the leader-elected IP allocator in this process (small clusters, "
+        "systemd hosts); takes the leader-election flags of `kube-bgpd controller`",
+    )
+    from bgpd.cli.controller import add_leader_flags
+
+    add_leader_flags(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
+    from bgpd.cli.controller import options_from_args
     from bgpd.config import ConfigError, load_config_or_raise
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
@@ -59,6 +71,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {w}", file=sys.stderr)
     work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
     address = args.metrics_address or config.speaker.metrics_address
+    if args.with_controller and args.cluster_file:
+        print(
+            "kube-bgpd speaker: --with-controller needs the API, not --cluster-file",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    try:
+        controller = options_from_args(args) if args.with_controller else None
+    except ValueError as exc:
+        print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
     async def main() -> int:
         # The watch counters exist before the source that feeds them and the speaker
@@ -75,7 +98,24 @@ def run(args: argparse.Namespace) -> int:
             registry=registry,
             watch=watch,
         )
-        return await speaker.run()
+        if controller is None:
+            return await speaker.run()
+        # The controller campaigns for the Lease beside the speaker and stops (releasing
+        # the Lease) when the speaker stops.
+        from bgpd.controller import run_controller
+        from k8s_watcher.client import KubeClient
+
+        client = KubeClient.lazy(args.kubeconfig)
+        task = asyncio.create_task(
+            run_controller(config, client, controller, registry=registry, observer=watch),
+            name="controller",
+        )
+        try:
+            return await speaker.run()
+        finally:
+            task.cancel()
+            await asyncio.wait({task})
+            await client.close()
 
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)

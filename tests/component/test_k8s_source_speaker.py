@@ -1,0 +1,191 @@
+"""`kube-bgpd speaker --with-controller` against the API simulator: the Kubernetes source
+and the in-process controller wired into the real speaker process.
+
+The speaker runs in the root namespace with a BGP peer on a loopback address where
+nothing listens (the session stays down; routes at a real peer are the lab and e2e tests'
+job). What is checked here is the wiring: the controller allocates the Service's IP, the
+speaker's decision from the watched cluster shows up as Events on the Service, an
+endpoint change flips them, `/status` reports the source, and SIGTERM releases the Lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+import yaml
+from k8s_kit import endpoint_slice, lb_service, node, simulator, wait_until
+
+from bgpd.apisim import ApiSimulator
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def config_text(peer_port: int, work: Path) -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "svc"},
+            "spec": {"addresses": ["10.99.5.0/24"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor"},
+            "spec": {
+                "myASN": 64513,
+                "peerASN": 64512,
+                "peerAddress": "127.0.0.2",
+                "peerPort": peer_port,
+                "holdTime": "9s",
+            },
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "svc"},
+            "spec": {"ipAddressPools": ["svc"]},
+        },
+        {
+            "apiVersion": "kube-bgpd.io/v1alpha1",
+            "kind": "SpeakerConfig",
+            "metadata": {"name": "speaker"},
+            "spec": {"workDir": str(work), "drainWindow": "1s"},
+        },
+    ]
+    return yaml.safe_dump_all(docs)
+
+
+def speaker_events(sim: ApiSimulator, name: str) -> list[tuple[str, str]]:
+    return [
+        (e["reason"], e["message"])
+        for e in sim.store.list("events")
+        if e["involvedObject"]["name"] == name
+        and e.get("source", {}).get("component") == "kube-bgpd-speaker"
+    ]
+
+
+def ingress(sim: ApiSimulator, name: str) -> list[str]:
+    obj = sim.store.get("services", name, "default")
+    assert obj is not None
+    entries = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [e["ip"] for e in entries]
+
+
+async def get_status(port: int) -> dict[str, Any]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}/status") as response,
+    ):
+        doc: dict[str, Any] = json.loads(await response.text())
+        return doc
+
+
+@contextlib.asynccontextmanager
+async def speaker(
+    tmp_path: Path, kubeconfig: Path, status_port: int
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    config = tmp_path / "config.yaml"
+    config.write_text(config_text(free_port(), tmp_path / "work"))
+    log = tmp_path / "speaker.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            KUBE_BGPD,
+            "speaker",
+            "--config",
+            str(config),
+            "--node-name",
+            "n1",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-address",
+            f"127.0.0.1:{status_port}",
+            "--with-controller",
+            "--lease-namespace",
+            "default",
+            "--lease-duration",
+            "2",
+            "--renew-deadline",
+            "1.5",
+            "--retry-period",
+            "0.25",
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "HOME": str(tmp_path)},
+        )
+        try:
+            yield proc
+        except BaseException:
+            print(log.read_text())
+            raise
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+
+async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        sim.store.create(node("n1"))
+        sim.store.create(lb_service("web"))
+        sim.store.create(endpoint_slice("web-a", "web", (("10.1.0.1", "n1", True),)))
+        port = free_port()
+        async with speaker(tmp_path, kubeconfig, port) as proc:
+            # The in-process controller allocates; the speaker's decision follows.
+            await wait_until(lambda: ingress(sim, "web") == ["10.99.5.0"], within=30, what="IP")
+            await wait_until(
+                lambda: [r for r, _ in speaker_events(sim, "web")] == ["nodeAssigned"],
+                within=30,
+                what="nodeAssigned Event",
+            )
+            status = await get_status(port)
+            assert status["source"] == {"synced": True, "stale": False}
+
+            sim.store.patch(
+                "endpointslices",
+                "web-a",
+                {
+                    "endpoints": [
+                        {
+                            "addresses": ["10.1.0.1"],
+                            "nodeName": "n1",
+                            "conditions": {"ready": False},
+                        }
+                    ]
+                },
+                namespace="default",
+            )
+            await wait_until(
+                lambda: len(speaker_events(sim, "web")) == 2, within=30, what="second Event"
+            )
+            reason, message = speaker_events(sim, "web")[1]
+            assert reason == "nodeUnassigned"
+            assert message.startswith("node 'n1' stopped announcing: noEndpoints")
+            lease = sim.store.get("leases", "kube-bgpd-controller", "default")
+            assert lease is not None
+            assert lease["spec"].get("holderIdentity")
+
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+        lease = sim.store.get("leases", "kube-bgpd-controller", "default")
+        assert lease is not None
+        assert not lease["spec"].get("holderIdentity"), "released on SIGTERM"
