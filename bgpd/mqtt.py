@@ -35,7 +35,7 @@ import json
 import logging
 import random
 import ssl
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiomqtt
@@ -193,11 +193,6 @@ class MQTTPublisher:
         """Connected, and the broker holds everything published so far."""
         return self.connected and not self._resync and not self._queue and not self._sending
 
-    @property
-    def retained(self) -> dict[str, bytes]:
-        """A copy of the retained state as the broker should hold it (topic -> payload)."""
-        return dict(self._retained)
-
     # ------------------------------------------------------------------ producer side
 
     def publish(self, event: SpeakerEvent) -> None:
@@ -213,18 +208,6 @@ class MQTTPublisher:
             self.dropped += 1
             self._resync = True
         self._queue.append(event)
-        self._wake.set()
-
-    def seed(self, events: Iterable[SpeakerEvent]) -> None:
-        """Record current state without queueing events (e.g. routes acknowledged before
-        the publisher was created); it is sent on the next (re)connect."""
-        for event in events:
-            for m in messages(self.config.topic_prefix, event):
-                if m.retain and m.payload:
-                    self._retained[m.topic] = m.payload
-                elif m.retain:
-                    self._retained.pop(m.topic, None)
-        self._resync = True
         self._wake.set()
 
     async def follow(self, events: asyncio.Queue[SpeakerEvent]) -> None:
