@@ -213,9 +213,13 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert "tor" in live.stdout
 
         # api is deleted: its series and its retained message go away by themselves.
+        total = 'kube_bgpd_convergence_seconds_count{phase="total"}'
+        before = _samples(_scrape(node).stdout)[total]
         dump.write_text(_dump({"web": "10.99.100.5"}))
         bird.wait_rib(lambda r: ipaddress.ip_network("10.99.100.6/32") not in r, 30)
         _wait(lambda: 'service="shop/api"' not in _scrape(node).stdout, "api series gone")
+        # The withdrawal was timed end to end: one more "total" observation.
+        _wait(lambda: _samples(_scrape(node).stdout)[total] > before, "withdraw convergence")
         _wait(
             lambda: "kube-bgpd/node1/routes/10.99.100.6_32" not in _retained(node),
             "api's retained route cleared",
