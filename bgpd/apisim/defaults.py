@@ -4,9 +4,9 @@ Only what consumers of the simulator read: a Service gets its type, sessionAffin
 port protocol and targetPort, a clusterIP (from 10.96.0.0/12, kept across updates), IP
 family fields, traffic policies and node ports (kept across updates, cleared when the
 type stops needing them), as pkg/apis/core/v1/defaults.go and the Service REST storage
-do; a Namespace gets its `kubernetes` finalizer, phase and name label; EndpointSlice
-ports default to TCP. No validation beyond that. Pure apart from the `Allocator` state,
-which the store owns.
+do; a Namespace gets its `kubernetes` finalizer, phase and name label; a Secret its
+`Opaque` type; EndpointSlice ports default to TCP. No validation beyond that. Pure
+apart from the `Allocator` state, which the store owns.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ def apply(
         return
     if rd.kind == "Service":
         _service(new, old, alloc)
+    elif rd.kind == "Secret":
+        new.setdefault("type", "Opaque")
     elif rd.kind == "Namespace":
         meta = new["metadata"]
         meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta["name"]

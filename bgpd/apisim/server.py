@@ -48,6 +48,7 @@ from aiohttp import web
 
 from bgpd.apisim import discovery, tables
 from bgpd.apisim.errors import ApiError, bad_request, expired, status_object
+from bgpd.apisim.protobuf import ProtobufError, decode_object
 from bgpd.apisim.resources import ResourceDef, ResourceTable
 from bgpd.apisim.selectors import (
     FieldSelector,
@@ -809,19 +810,28 @@ def _status_response(exc: ApiError, headers: Mapping[str, str] | None = None) ->
 
 
 async def _body(request: web.Request, *, required: bool = True) -> dict[str, Any]:
-    text = await request.text()
-    if not text.strip():
-        if required:
-            raise bad_request("the request has no body")
-        return {}
     content_type = request.headers.get("Content-Type", _JSON).split(";")[0].strip()
+    if content_type == "application/vnd.kubernetes.protobuf":
+        # kubectl's `create namespace|configmap|secret` generators encode protobuf.
+        try:
+            return decode_object(await request.read())
+        except ProtobufError as exc:
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: application/json, application/yaml ({exc})",
+            ) from exc
     if "protobuf" in content_type or "cbor" in content_type:
-        # client-go falls back to JSON on 415 for the encodings we do not speak.
         raise ApiError(
             415,
             f"the body of the request was in an unknown format - accepted media types "
             f"include: application/json, application/yaml (got {content_type})",
         )
+    text = await request.text()
+    if not text.strip():
+        if required:
+            raise bad_request("the request has no body")
+        return {}
     try:
         doc = yaml.safe_load(text) if "yaml" in content_type else json.loads(text)
     except (ValueError, yaml.YAMLError) as exc:

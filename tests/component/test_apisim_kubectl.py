@@ -282,10 +282,26 @@ def test_create_from_file_and_delete_namespace(sim: ApiSimulatorThread, kubectl:
     assert sim.store.get("services", "inside", "team-a") is None
 
 
-def test_create_generators_send_protobuf_which_is_refused_with_415(kubectl: Kubectl) -> None:
-    # Documented limit: `kubectl create namespace|configmap|secret` encode protobuf.
-    err = kubectl.fails("create", "namespace", "team-b")
-    assert "UnsupportedMediaType" in err
+def test_create_generators_send_protobuf(sim: ApiSimulatorThread, kubectl: Kubectl) -> None:
+    # `kubectl create namespace|configmap|secret` encode protobuf, which is decoded.
+    kubectl("create", "namespace", "team-b")
+    kubectl(
+        "create", "secret", "generic", "bgp-pass", "-n", "team-b", "--from-literal=password=s3 cret"
+    )
+    kubectl("create", "configmap", "cm", "-n", "team-b", "--from-literal=a=b")
+    ns = sim.store.get("namespaces", "team-b")
+    secret = sim.store.get("secrets", "bgp-pass", "team-b")
+    config = sim.store.get("configmaps", "cm", "team-b")
+    assert ns is not None
+    assert secret is not None
+    assert config is not None
+    assert ns["status"] == {"phase": "Active"}
+    assert (secret["type"], secret["data"]) == ("Opaque", {"password": "czMgY3JldA=="})
+    assert config["data"] == {"a": "b"}
+    # Other kinds' protobuf bodies are refused, as documented.
+    err = kubectl.fails("create", "service", "clusterip", "svc1", "--tcp=80:8080")
+    assert "unknown format" in err
+    kubectl("delete", "namespace", "team-b")
 
 
 METALLB = """\
