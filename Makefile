@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 APT_PACKAGES := frr bird2 gobgpd mosquitto prometheus iproute2 procps
 STAMP := $(VENV)/.installed
+LINT_PATHS := bgpd k8s_watcher tests $(wildcard bench)
 
 .PHONY: test check lint unit component e2e demo apt venv clean
 
@@ -28,8 +29,8 @@ apt:
 	fi
 
 lint: $(STAMP)
-	$(BIN)/ruff check bgpd k8s_watcher tests bench
-	$(BIN)/ruff format --check bgpd k8s_watcher tests bench
+	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/ruff format --check $(LINT_PATHS)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
