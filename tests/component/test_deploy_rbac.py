@@ -452,3 +452,79 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
     finally:
         stop(proc, log)
     check_exact(rendered(), "kube-bgpd-controller", sim.request_log)
+
+
+def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{service}-a",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": service},
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {"addresses": ["10.0.0.1"], "nodeName": node, "conditions": {"ready": ready}}
+        ],
+    }
+
+
+def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
+    sim.store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": "node1"},
+            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]},
+        }
+    )
+    sim.store.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "tor-md5", "namespace": NAMESPACE},
+            "type": "kubernetes.io/basic-auth",
+            "data": {"password": "c2VjcmV0"},
+        }
+    )
+    sim.store.create(lb_service("web", ips=("10.99.100.1",)))
+    sim.store.create(endpoint_slice("web", "node1", ready=True))
+    log = tmp_path / "speaker.log"
+    pod_ip = loopback()
+    argv = manifest_argv(
+        rendered(), "DaemonSet", "kube-bgpd-speaker", POD_IP=pod_ip, config=str(config)
+    )
+    # A pod has NODE_NAME from the downward API, in-cluster credentials and an emptyDir
+    # at /run/kube-bgpd; here the same by flags.
+    argv += [f"--kubeconfig={kubeconfig}", "--node-name=node1", f"--work-dir={tmp_path / 'run'}"]
+    proc = start(argv, log)
+
+    def posted(reason: str) -> Callable[[], bool]:
+        def check() -> bool:
+            return any(e.get("reason") == reason for e in sim.store.list("events", "default"))
+
+        return check
+
+    try:
+        # Starts announcing: nodeAssigned.
+        wait_until(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
+        # Stops (endpoint not ready) and starts again: the second, identical
+        # nodeAssigned is folded into the first (PATCH).
+        sim.store.apply(endpoint_slice("web", "node1", ready=False))
+        wait_until(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
+        sim.store.apply(endpoint_slice("web", "node1", ready=True))
+        wait_until(
+            lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
+            "an aggregated Event",
+            proc,
+            log,
+        )
+        secret_reads = [r for r in sim.request_log if "/secrets/" in r.path]
+        assert secret_reads, "the passwordSecret was never read"
+    finally:
+        stop(proc, log)
+    check_exact(rendered(), "kube-bgpd-speaker", sim.request_log)
