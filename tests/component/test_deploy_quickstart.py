@@ -1,0 +1,227 @@
+"""docs/quickstart.md end to end, with real processes and no real cluster.
+
+In a lab topology (network namespaces): the router runs the quickstart's FRR block
+verbatim; the API simulator stands in for the API server (seeded with two Nodes, the
+quickstart's Service and a ready endpoint on node1); the controller and two speakers run
+with the command lines of the rendered Deployment and DaemonSet (hostNetwork: POD_IP is
+the node's address) and the quickstart's config. Checked: the Service gets the IP the
+page names, the router installs it with both nodes as ECMP next hops (Cluster policy),
+and the page's `kube-bgpd status` / `explain --from-speaker` commands show it.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from bgpd.lab.netns import Netns
+from bgpd.lab.routers import FRRRouter, RouterConfig
+from bgpd.lab.topology import Topology
+
+pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "quickstart.md"
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+API = "172.31.250.1:6443"
+
+
+def doc_blocks(info: str) -> list[str]:
+    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", DOC.read_text(), re.S | re.M)
+    return [textwrap.dedent(body) for _indent, body in found]
+
+
+def doc_config() -> str:
+    (config,) = [b for b in doc_blocks("yaml") if "kind: IPAddressPool" in b]
+    return config
+
+
+def doc_service() -> dict[str, Any]:
+    (service,) = [b for b in doc_blocks("yaml") if "kind: Service" in b]
+    loaded: dict[str, Any] = yaml.safe_load(service)
+    return loaded
+
+
+class QuickstartFRR(FRRRouter):
+    def render_bgpd(self) -> str:
+        (frr,) = doc_blocks("frr")
+        return frr
+
+
+def manifest_args(kind: str, **subst: str) -> list[str]:
+    out = subprocess.run(
+        ["/usr/bin/kubectl", "kustomize", str(ROOT / "deploy" / "kubernetes" / "base")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    (workload,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == kind]
+    (container,) = workload["spec"]["template"]["spec"]["containers"]
+    args = [re.sub(r"\$\((\w+)\)", lambda m: subst[m.group(1)], a) for a in container["args"]]
+    return [a.replace("/etc/kube-bgpd/config.yaml", subst["config"]) for a in args]
+
+
+def seed(topology: Topology) -> str:
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        for ns in ("default", "kube-bgpd-system")
+    ]
+    objects += [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": f"node{i}"},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": str(topology.node_address(i))}]
+            },
+        }
+        for i in (1, 2)
+    ]
+    objects.append(doc_service())
+    objects.append(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": {
+                "name": "web-a",
+                "namespace": "default",
+                "labels": {"kubernetes.io/service-name": "web"},
+            },
+            "addressType": "IPv4",
+            "endpoints": [
+                {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
+            ],
+        }
+    )
+    return yaml.safe_dump_all(objects)
+
+
+class Procs:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.started: list[tuple[str, subprocess.Popen[bytes]]] = []
+
+    def start(self, name: str, ns: Netns, argv: list[str]) -> None:
+        with (self.tmp / f"{name}.log").open("wb") as out:
+            self.started.append((name, ns.popen(argv, stdout=out, stderr=subprocess.STDOUT)))
+
+    def check_alive(self) -> None:
+        for name, proc in self.started:
+            assert proc.poll() is None, f"{name} exited:\n{self.logs()}"
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"==== {log.name}\n{log.read_text(errors='replace')[-2500:]}"
+            for log in sorted(self.tmp.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        for _name, proc in reversed(self.started):
+            if proc.poll() is None:
+                proc.terminate()
+        for _name, proc in reversed(self.started):
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def procs(tmp_path: Path) -> Iterator[Procs]:
+    p = Procs(tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs) -> None:
+    documented = re.search(r"EXTERNAL-IP (\S+):", DOC.read_text())
+    assert documented is not None
+    ip = documented.group(1)
+    config = tmp_path / "config.yaml"
+    config.write_text(doc_config())
+    (tmp_path / "seed.yaml").write_text(seed(topology))
+    kubeconfig = tmp_path / "kubeconfig"
+
+    router = QuickstartFRR(topology.router, RouterConfig(), tmp_path / "router")
+    router.start()
+    try:
+        procs.start(
+            "apisim",
+            topology.router,
+            [
+                KUBE_BGPD,
+                "apiserver-sim",
+                f"--listen={API}",
+                f"--seed={tmp_path / 'seed.yaml'}",
+                f"--kubeconfig-out={kubeconfig}",
+            ],
+        )
+        deadline = time.monotonic() + 30
+        while not kubeconfig.exists():
+            procs.check_alive()
+            assert time.monotonic() < deadline, procs.logs()
+            time.sleep(0.05)
+        procs.start(
+            "controller",
+            topology.router,
+            [
+                KUBE_BGPD,
+                *manifest_args("Deployment", POD_IP="127.0.0.1", config=str(config)),
+                f"--kubeconfig={kubeconfig}",
+            ],
+        )
+        nodes = {i: str(topology.node_address(i)) for i in (1, 2)}
+        for i, address in nodes.items():
+            procs.start(
+                f"speaker{i}",
+                topology.nodes[i - 1],
+                [
+                    KUBE_BGPD,
+                    *manifest_args("DaemonSet", POD_IP=address, config=str(config)),
+                    f"--kubeconfig={kubeconfig}",
+                    f"--node-name=node{i}",
+                    f"--work-dir={tmp_path / f'run{i}'}",
+                ],
+            )
+
+        try:
+            router.wait_fib(f"{ip}/32", set(nodes.values()), timeout=60)
+        except Exception:
+            sys.stderr.write(procs.logs() + "\n" + router.log_tail())
+            raise
+        procs.check_alive()
+
+        # The page's checks, as it runs them inside the pod (POD_IP set by the kubelet).
+        node1 = topology.nodes[0]
+        env = ["env", f"POD_IP={nodes[1]}", "sh", "-c"]
+        status = node1.run(
+            [*env, f'{KUBE_BGPD} status --metrics-address "$POD_IP:7473"'], check=False
+        )
+        assert status.returncode == 0, status.stderr
+        assert re.search(r"^tor\s+172\.31\.250\.1\s+up\s", status.stdout, re.M), status.stdout
+        assert f"{ip}/32" in status.stdout
+        explain = node1.run(
+            [
+                *env,
+                f'{KUBE_BGPD} explain --from-speaker --metrics-address "$POD_IP:7473" default/web',
+            ],
+            check=False,
+        )
+        assert explain.returncode == 0, explain.stderr
+        assert re.search(rf"default/web\s+{re.escape(ip)}/32\s+tor", explain.stdout), explain.stdout
+    finally:
+        procs.stop()
+        router.close()
