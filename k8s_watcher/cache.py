@@ -97,6 +97,10 @@ class KubernetesSource:
         self._namespaces: dict[str, Namespace] = {}
         self._dirty: set[ServiceKey] = set()
         self._snapshot: ClusterSnapshot | None = None
+        #: The last snapshot built, whose unchanged indexes the next one reuses, and which
+        #: indexes changed since ("services", "slices", "nodes", "namespaces").
+        self._built: ClusterSnapshot | None = None
+        self._changed_parts: set[str] = set()
         #: The snapshot last handed out (what the last decision was made from).
         self.last_snapshot: ClusterSnapshot | None = None
         self._changed = asyncio.Event()
@@ -140,8 +144,9 @@ class KubernetesSource:
 
     def snapshot(self) -> ClusterSnapshot:
         """The cluster now, as far as we know. Cheap when nothing changed (the same object
-        is returned); otherwise the dirty Services' slice groups are rebuilt and the
-        indexes copied, so a snapshot never changes after it was handed out."""
+        is returned); otherwise the dirty Services' slice groups are rebuilt and only the
+        indexes that changed are copied (an endpoint change does not copy 10,000
+        Services), so a snapshot never changes after it was handed out."""
         if self._snapshot is not None and not self._dirty:
             self.last_snapshot = self._snapshot
             return self._snapshot
@@ -151,13 +156,33 @@ class KubernetesSource:
                 self._slice_tuples[key] = tuple(sorted(by_name.values(), key=lambda s: s.name))
             else:
                 self._slice_tuples.pop(key, None)
+        if self._dirty:
+            self._changed_parts.add("slices")
         self._dirty.clear()
-        self._snapshot = ClusterSnapshot(
-            services=MappingProxyType(dict(self._services)),
-            endpoint_slices=MappingProxyType(dict(self._slice_tuples)),
-            nodes=MappingProxyType(dict(self._nodes)),
-            namespaces=MappingProxyType(dict(self._namespaces)),
+        built, parts = self._built, self._changed_parts
+        self._snapshot = self._built = ClusterSnapshot(
+            services=(
+                MappingProxyType(dict(self._services))
+                if built is None or "services" in parts
+                else built.services
+            ),
+            endpoint_slices=(
+                MappingProxyType(dict(self._slice_tuples))
+                if built is None or "slices" in parts
+                else built.endpoint_slices
+            ),
+            nodes=(
+                MappingProxyType(dict(self._nodes))
+                if built is None or "nodes" in parts
+                else built.nodes
+            ),
+            namespaces=(
+                MappingProxyType(dict(self._namespaces))
+                if built is None or "namespaces" in parts
+                else built.namespaces
+            ),
         )
+        parts.clear()
         self.last_snapshot = self._snapshot
         return self._snapshot
 
@@ -226,6 +251,7 @@ class KubernetesSource:
         else:
             self._services[skey] = new
         self._snapshot = None
+        self._changed_parts.add("services")
         if _is_lb(old) or _is_lb(new):
             self._dirty.add(skey)
             self._mark()
@@ -254,6 +280,7 @@ class KubernetesSource:
             self._nodes.pop(NodeName(key), None)
         else:
             self._nodes[NodeName(key)] = new
+        self._changed_parts.add("nodes")
         self._mark()
 
     def _on_namespace(self, key: str, old: Namespace | None, new: Namespace | None) -> None:
@@ -261,6 +288,7 @@ class KubernetesSource:
             self._namespaces.pop(key, None)
         else:
             self._namespaces[key] = new
+        self._changed_parts.add("namespaces")
         self._mark()
 
     # ------------------------------------------------------------------ introspection

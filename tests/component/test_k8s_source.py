@@ -173,6 +173,9 @@ async def test_relevant_changes_wake_and_irrelevant_ones_do_not(env: Env) -> Non
         db = source.snapshot().endpoints_of(ServiceKey("default/db"))
         assert [e.ready for e in db] == [True]
         assert source.snapshot() is not first
+        # A snapshot handed out never changes afterwards.
+        assert [e.ready for e in first.endpoints_of(ServiceKey("default/db"))] == [False]
+        before_move = source.snapshot()
 
         sim.store.patch(
             "endpointslices",
@@ -185,6 +188,14 @@ async def test_relevant_changes_wake_and_irrelevant_ones_do_not(env: Env) -> Non
         assert [s.name for s in snap.endpoint_slices[ServiceKey("default/web")]] == ["web-a"]
         assert [s.name for s in snap.endpoint_slices[ServiceKey("default/db")]] == [
             "db-a",
+            "web-b",
+        ]
+        # Only the slices changed: the Services and Nodes indexes are shared, not copied.
+        assert snap.services is before_move.services
+        assert snap.nodes is before_move.nodes
+        assert snap.endpoint_slices is not before_move.endpoint_slices
+        assert [s.name for s in before_move.endpoint_slices[ServiceKey("default/web")]] == [
+            "web-a",
             "web-b",
         ]
 
