@@ -191,6 +191,10 @@ class Informer(Generic[T]):
         self._connected = False
         self._attempt = 0
         self._resync_requested = False
+        self._expired_streak = 0
+        #: After a paged list's continue token expired, list in one piece next time
+        #: (client-go does the same): a huge list must not chase its own tail forever.
+        self._unpaged_next = False
         self._scope: asyncio.Timeout | None = None
         self.stats = InformerStats()
 
@@ -250,12 +254,16 @@ class Informer(Generic[T]):
                 await self._watch(resync_at)
             except ResourceExpired as exc:
                 # Our resourceVersion was compacted away: only a fresh list can tell us
-                # what happened meanwhile. No back-off: this is not an outage.
+                # what happened meanwhile. No back-off the first time (not an outage);
+                # if it keeps happening before a watch stays open, back off like any error.
                 self.stats.relists_expired += 1
+                self._expired_streak += 1
                 log(
                     logger, logging.INFO, "informer.expired", kind=self.kind.name, error=exc.message
                 )
                 need_list = True
+                if self._expired_streak > 1:
+                    await asyncio.sleep(self._backoff(None))
             except CredentialsError:
                 # No credentials will not fix itself; let the daemon exit and say why.
                 raise
@@ -299,18 +307,25 @@ class Informer(Generic[T]):
         list_rv: str | None = None
         token: str | None = None
         while True:
-            query: list[tuple[str, str]] = [("limit", str(self._timing.page_size))]
+            query: list[tuple[str, str]] = []
+            if not self._unpaged_next:
+                query.append(("limit", str(self._timing.page_size)))
             if token:
                 query.append(("continue", token))
             if kind.label_selector:
                 query.append(("labelSelector", kind.label_selector))
-            doc = await self._client.request(
-                "GET",
-                kind.path,
-                query=query,
-                request_timeout=self._timing.list_timeout,
-                what=f"list {kind.resource}",
-            )
+            try:
+                doc = await self._client.request(
+                    "GET",
+                    kind.path,
+                    query=query,
+                    request_timeout=self._timing.list_timeout,
+                    what=f"list {kind.resource}",
+                )
+            except ResourceExpired:
+                if token is not None:
+                    self._unpaged_next = True
+                raise
             items = doc.get("items") or []
             meta = doc.get("metadata") or {}
             if not isinstance(items, list) or not isinstance(meta, Mapping):
@@ -327,6 +342,7 @@ class Informer(Generic[T]):
         if list_rv is None:
             raise MalformedResponse(f"list {kind.resource}: no resourceVersion")
         self.stats.lists += 1
+        self._unpaged_next = False
         if self._observer is not None:
             self._observer.relist(kind.name)
         self._replace(fresh)
@@ -406,6 +422,7 @@ class Informer(Generic[T]):
                 self._scope = scope
                 self.stats.watches += 1
                 self._attempt = 0
+                self._expired_streak = 0
                 self._set_state(connected=True)
                 if self._resync_requested:
                     return

@@ -311,9 +311,10 @@ async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
     tmp_path: Path,
 ) -> None:
     """Re-list after a 410 with 2 objects per page; between its first and second page the
-    continue token is compacted away (410 again). The informer must start that list over,
-    and until a list completes the cache must still hold everything it knew, including the
-    object deleted meanwhile, and nothing may be emitted."""
+    continue token is compacted away (410 again). The informer must start that list over
+    (in one piece, as client-go does), and until a list completes the cache must still
+    hold everything it knew, including the object deleted meanwhile, and nothing may be
+    emitted."""
     seen_mid_list: list[tuple[list[str], int]] = []
     async with simulator(tmp_path) as (sim, kubeconfig):
         for i in range(5):
@@ -340,8 +341,10 @@ async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
                 sim.store.delete("services", "svc0", "default")
                 sim.compact()
                 await wait_until(lambda: informer.stats.lists == 2, what="completed re-list")
-                # 3 pages, then 1 page + a 410, then the 4 remaining objects in 2 pages.
-                assert client.pages == 3 + 1 + 2, "the interrupted list was started over"
+                # 3 pages, then 1 page + a 410, then (like client-go) one unpaged list.
+                assert client.pages == 3 + 1 + 1, "the interrupted list was started over"
+                assert informer.stats.lists == 2
+                assert "limit" not in list_queries(sim, "services")[-1]
     assert seen_mid_list == [([f"default/svc{i}" for i in range(5)], mark)]
     assert rec.since(mark) == [("DELETED", "default/svc0")]
     assert informer.stats.relists_expired == 2
