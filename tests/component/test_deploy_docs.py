@@ -18,12 +18,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
-import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+import deploy_kit as kit
 import pytest
 import yaml
 
@@ -32,18 +31,14 @@ from bgpd.config import load_config_or_raise
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
-VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
+ROOT = kit.ROOT
+DOCS = kit.DOCS
+VALIDATE = kit.VALIDATE
 OUR_DOCS = ("quickstart.md", "routers.md", "operations.md", "migrating-from-metallb.md")
 CONFIG_GROUPS = ("metallb.io/", "kube-bgpd.io/")
 
 
-def blocks(doc: str, info: str) -> list[str]:
-    """The fenced blocks with this info string, dedented (a block may sit in a list)."""
-    text = (DOCS / doc).read_text()
-    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", text, re.S | re.M)
-    return [textwrap.dedent(body) for _indent, body in found]
+blocks = kit.doc_blocks
 
 
 def check_frr(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -161,7 +156,7 @@ def test_refused_example_gives_the_documented_output(
     assert name is not None
     (tmp_path / name.group(1)).write_text(config)
     result = subprocess.run(
-        [str(Path(sys.executable).with_name("kube-bgpd")), "validate", name.group(1)],
+        [kit.KUBE_BGPD, "validate", name.group(1)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -194,7 +189,7 @@ def test_quickstart_overlay_steps_render(tmp_path: Path) -> None:
     (steps,) = [b for b in blocks("quickstart.md", "sh") if "overlays/example my-site" in b]
     subprocess.run(["bash", "-euc", steps], cwd=tmp_path, check=True, timeout=60)
     out = subprocess.run(
-        ["/usr/bin/kubectl", "kustomize", str(tmp_path / "my-site")],
+        [kit.KUBECTL, "kustomize", str(tmp_path / "my-site")],
         capture_output=True,
         text=True,
         check=True,
@@ -219,7 +214,7 @@ def test_quickstart_service_gets_the_documented_ip(tmp_path: Path) -> None:
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 [
-                    str(Path(sys.executable).with_name("kube-bgpd")),
+                    kit.KUBE_BGPD,
                     "controller",
                     f"--config={config}",
                     f"--kubeconfig={kubeconfig}",

@@ -11,20 +11,18 @@ against the code's actual requests in test_deploy_rbac.py.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import random
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import deploy_kit as kit
 import pytest
 import yaml
 
@@ -32,13 +30,12 @@ from bgpd.config import load_config_or_raise
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy" / "kubernetes"
-KUBECTL = "/usr/bin/kubectl"
-VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+ROOT = kit.ROOT
+DEPLOY = kit.DEPLOY
+VALIDATE = kit.VALIDATE
+KUBE_BGPD = kit.KUBE_BGPD
 NAMESPACE = "kube-bgpd-system"
-CONFIG_PATH = "/etc/kube-bgpd/config.yaml"
+CONFIG_PATH = kit.CONFIG_PATH
 #: The speaker's bound on the final withdraw (bgpd.speaker: runtime.stop(within=10.0)).
 WITHDRAW_BOUND = 10.0
 
@@ -47,41 +44,13 @@ KUSTOMIZATIONS = [
     pytest.param("overlays/example", id="overlay-example"),
 ]
 
-
-def kustomize(path: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(DEPLOY / path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-_RENDERED: dict[str, list[dict[str, Any]]] = {}
-
-
-def rendered(path: str) -> list[dict[str, Any]]:
-    if path not in _RENDERED:
-        _RENDERED[path] = kustomize(path)
-    return _RENDERED[path]
-
-
-def one(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
-    return found[0]
+rendered = kit.rendered
+one = kit.one
+container = kit.container
 
 
 def workloads(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] in ("DaemonSet", "Deployment")]
-
-
-def container(workload: dict[str, Any]) -> dict[str, Any]:
-    containers = workload["spec"]["template"]["spec"]["containers"]
-    assert len(containers) == 1
-    return containers[0]
 
 
 def mounted_config(docs: list[dict[str, Any]], workload: dict[str, Any]) -> str:
@@ -337,14 +306,7 @@ def test_image_user_is_the_pods_user() -> None:
 
 @pytest.fixture
 def loopback_address() -> str:
-    """A random 127/8 address: the listener's fixed port 7473 cannot clash with another
-    run's (every 127/8 address is local on Linux)."""
-    rnd = random.SystemRandom()
-    return str(
-        ipaddress.IPv4Address(
-            f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
-        )
-    )
+    return kit.loopback_address()
 
 
 @pytest.fixture

@@ -14,12 +14,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import deploy_kit as kit
 import pytest
 import yaml
 
@@ -29,15 +29,13 @@ from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "quickstart.md"
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+DOC = kit.DOCS / "quickstart.md"
+KUBE_BGPD = kit.KUBE_BGPD
 API = "172.31.250.1:6443"
 
 
 def doc_blocks(info: str) -> list[str]:
-    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", DOC.read_text(), re.S | re.M)
-    return [textwrap.dedent(body) for _indent, body in found]
+    return kit.doc_blocks("quickstart.md", info)
 
 
 def doc_config() -> str:
@@ -55,20 +53,6 @@ class QuickstartFRR(FRRRouter):
     def render_bgpd(self) -> str:
         (frr,) = doc_blocks("frr")
         return frr
-
-
-def manifest_args(kind: str, **subst: str) -> list[str]:
-    out = subprocess.run(
-        ["/usr/bin/kubectl", "kustomize", str(ROOT / "deploy" / "kubernetes" / "base")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    (workload,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == kind]
-    (container,) = workload["spec"]["template"]["spec"]["containers"]
-    args = [re.sub(r"\$\((\w+)\)", lambda m: subst[m.group(1)], a) for a in container["args"]]
-    return [a.replace("/etc/kube-bgpd/config.yaml", subst["config"]) for a in args]
 
 
 def seed(topology: Topology) -> str:
@@ -178,8 +162,9 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
             "controller",
             topology.router,
             [
-                KUBE_BGPD,
-                *manifest_args("Deployment", POD_IP="127.0.0.1", config=str(config)),
+                *kit.manifest_argv(
+                    kit.one(kit.rendered(), "Deployment"), POD_IP="127.0.0.1", config=str(config)
+                ),
                 f"--kubeconfig={kubeconfig}",
             ],
         )
@@ -189,8 +174,9 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
                 f"speaker{i}",
                 topology.nodes[i - 1],
                 [
-                    KUBE_BGPD,
-                    *manifest_args("DaemonSet", POD_IP=address, config=str(config)),
+                    *kit.manifest_argv(
+                        kit.one(kit.rendered(), "DaemonSet"), POD_IP=address, config=str(config)
+                    ),
                     f"--kubeconfig={kubeconfig}",
                     f"--node-name=node{i}",
                     f"--work-dir={tmp_path / f'run{i}'}",

@@ -13,11 +13,8 @@ those rules grant must have been used: the manifests grant exactly what the code
 from __future__ import annotations
 
 import os
-import random
-import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
@@ -26,16 +23,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
+import deploy_kit as kit
 import pytest
-import yaml
 
 from bgpd.apisim import ApiSimulatorThread, RequestRecord
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = "/usr/bin/kubectl"
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 NAMESPACE = "kube-bgpd-system"
 
 
@@ -152,17 +146,6 @@ def check_exact(docs: list[dict[str, Any]], account: str, log: Iterable[RequestR
         if not any(g.allows(a) and (a.group, a.resource, a.verb) == t for a in seen)
     ]
     assert not unused, f"{account} is granted more than it uses: {unused}"
-
-
-def rendered() -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / "deploy" / "kubernetes" / "base")],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
 
 
 # --------------------------------------------------------------------------- the authorizer itself
@@ -374,34 +357,15 @@ def requests(sim: ApiSimulatorThread, method: str, suffix: str) -> list[RequestR
     return [r for r in sim.request_log if r.method == method and r.path.endswith(suffix)]
 
 
-def manifest_argv(docs: list[dict[str, Any]], kind: str, name: str, **subst: str) -> list[str]:
-    """The container's command line from the rendered manifest, as the kubelet expands
-    it ($(VAR) from `subst`), with the config path pointing at `subst["config"]`."""
-    (workload,) = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
-    (container,) = workload["spec"]["template"]["spec"]["containers"]
-    argv = [KUBE_BGPD]
-    for arg in container["args"]:
-        arg = re.sub(r"\$\((\w+)\)", lambda m: subst[m.group(1)], arg)
-        argv.append(arg.replace("/etc/kube-bgpd/config.yaml", subst["config"]))
-    return argv
-
-
-def loopback() -> str:
-    """A random 127/8 address, so the manifests' fixed port cannot clash with another run."""
-    rnd = random.SystemRandom()
-    return f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
-
-
 def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     sim.store.create(lb_service("web"))
     log = tmp_path / "controller.log"
-    docs = rendered()
-    pod_ip = loopback()
-    argv = manifest_argv(
-        docs, "Deployment", "kube-bgpd-controller", POD_IP=pod_ip, config=str(config)
+    pod_ip = kit.loopback_address()
+    argv = kit.manifest_argv(
+        kit.one(kit.rendered(), "Deployment"), POD_IP=pod_ip, config=str(config)
     )
     # In a pod the credentials are the service account's; here the simulator's. Short
     # lease timings only make the renewals (PUT) happen within the test.
@@ -451,7 +415,7 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
         )
     finally:
         stop(proc, log)
-    check_exact(rendered(), "kube-bgpd-controller", sim.request_log)
+    check_exact(kit.rendered(), "kube-bgpd-controller", sim.request_log)
 
 
 def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
@@ -494,9 +458,8 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
     sim.store.create(lb_service("web", ips=("10.99.100.1",)))
     sim.store.create(endpoint_slice("web", "node1", ready=True))
     log = tmp_path / "speaker.log"
-    pod_ip = loopback()
-    argv = manifest_argv(
-        rendered(), "DaemonSet", "kube-bgpd-speaker", POD_IP=pod_ip, config=str(config)
+    argv = kit.manifest_argv(
+        kit.one(kit.rendered(), "DaemonSet"), POD_IP=kit.loopback_address(), config=str(config)
     )
     # A pod has NODE_NAME from the downward API, in-cluster credentials and an emptyDir
     # at /run/kube-bgpd; here the same by flags.
@@ -527,4 +490,4 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
         assert secret_reads, "the passwordSecret was never read"
     finally:
         stop(proc, log)
-    check_exact(rendered(), "kube-bgpd-speaker", sim.request_log)
+    check_exact(kit.rendered(), "kube-bgpd-speaker", sim.request_log)

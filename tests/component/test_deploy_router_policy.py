@@ -16,15 +16,14 @@ promises is checked at the router's kernel FIB and BGP RIB:
 from __future__ import annotations
 
 import ipaddress
-import re
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import deploy_kit as kit
 import pytest
 import yaml
 
@@ -33,9 +32,7 @@ from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
-ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "routers.md"
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+KUBE_BGPD = kit.KUBE_BGPD
 STATUS = "127.0.0.1:7473"  # each node namespace has its own loopback
 SERVICE_IP = "10.99.100.5"
 OUTSIDE_IP = "10.99.101.5"  # not in the router's prefix-list
@@ -43,8 +40,8 @@ DRAIN_WINDOW = 6
 
 
 def doc_block(info: str) -> str:
-    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", DOC.read_text(), re.S | re.M)
-    return textwrap.dedent(found[0][1])
+    """The first block of routers.md with this info string (each section's main one)."""
+    return kit.doc_blocks("routers.md", info)[0]
 
 
 class DocsFRR(FRRRouter):

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import re
 import shlex
 import shutil
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import deploy_kit as kit
 import pytest
 import yaml
 
@@ -43,21 +43,9 @@ from bgpd.apisim import ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = "/usr/bin/kubectl"
+ROOT = kit.ROOT
 SYSTEM_PYTHON = "/usr/bin/python3.11"
 CAP_NET_BIND_SERVICE = 10
-
-
-def rendered(path: str) -> list[dict[str, Any]]:
-    out = subprocess.run(
-        [KUBECTL, "kustomize", str(ROOT / "deploy" / "kubernetes" / path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +265,7 @@ def check_identity(workload: dict[str, Any], pid: int) -> int:
     "path", [pytest.param("base", id="base"), pytest.param("overlays/example", id="listen")]
 )
 def test_speaker_runs_in_the_daemonsets_security_context(path: str, nonroot_bin: Path) -> None:
-    docs = rendered(path)
+    docs = kit.rendered(path)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     listen = "listen: true" in cm["data"]["config.yaml"]
@@ -317,11 +305,10 @@ def test_controller_runs_in_the_deployments_security_context(
 ) -> None:
     """The controller as the Deployment runs it allocates from the simulator, answers
     its liveness probe, and stops cleanly."""
-    docs = rendered("base")
+    docs = kit.rendered("base")
     (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
-    rnd = random.SystemRandom()
-    pod_ip = f"127.{rnd.randrange(1, 255)}.{rnd.randrange(1, 255)}.{rnd.randrange(2, 255)}"
+    pod_ip = kit.loopback_address()
     with ApiSimulatorThread() as sim:
         sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
         sim.store.create(

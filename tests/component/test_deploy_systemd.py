@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
+import deploy_kit as kit
 import pytest
 
 from bgpd.cli import build_parser
@@ -23,9 +23,8 @@ from bgpd.config import load_config_or_raise
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
-ROOT = Path(__file__).resolve().parents[2]
-SYSTEMD = ROOT / "deploy" / "systemd"
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+SYSTEMD = kit.ROOT / "deploy" / "systemd"
+KUBE_BGPD = kit.KUBE_BGPD
 INSTALLED = "/opt/kube-bgpd/bin/kube-bgpd"
 UNITS = [
     pytest.param("kube-bgpd-speaker.service", id="speaker"),

@@ -1,0 +1,86 @@
+"""Shared helpers for the deploy/ and docs/ tests (test_deploy_*.py).
+
+Rendering the kustomize tree with the real kubectl, picking objects out of it, turning a
+container's arguments into the command line the kubelet would run, and reading fenced
+blocks out of the docs. No logic under test lives here.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+import random
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy" / "kubernetes"
+DOCS = ROOT / "docs"
+KUBECTL = "/usr/bin/kubectl"
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
+#: Where the manifests mount the ConfigMap's config file.
+CONFIG_PATH = "/etc/kube-bgpd/config.yaml"
+
+
+@functools.cache
+def _render(path: str) -> str:
+    return subprocess.run(
+        [KUBECTL, "kustomize", str(DEPLOY / path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def rendered(path: str = "base") -> list[dict[str, Any]]:
+    """`kubectl kustomize deploy/kubernetes/PATH` as objects (a fresh copy per call)."""
+    return [d for d in yaml.safe_load_all(_render(path)) if d]
+
+
+def one(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
+    return found[0]
+
+
+def container(workload: dict[str, Any]) -> dict[str, Any]:
+    containers = workload["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    result: dict[str, Any] = containers[0]
+    return result
+
+
+def manifest_argv(workload: dict[str, Any], *, config: str, **env: str) -> list[str]:
+    """The container's command line as the kubelet expands it ($(VAR) from `env`), run
+    through this venv's kube-bgpd, reading `config` instead of the mounted file."""
+    argv = [KUBE_BGPD]
+    for arg in container(workload)["args"]:
+        arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
+        argv.append(arg.replace(CONFIG_PATH, config))
+    return argv
+
+
+def loopback_address() -> str:
+    """A random 127/8 address: the manifests' fixed port 7473 cannot clash with another
+    run's (every 127/8 address is local on Linux)."""
+    rnd = random.SystemRandom()
+    octets = (rnd.randrange(1, 255), rnd.randrange(1, 255), rnd.randrange(2, 255))
+    return str(ipaddress.IPv4Address(f"127.{octets[0]}.{octets[1]}.{octets[2]}"))
+
+
+def doc_blocks(doc: str, info: str) -> list[str]:
+    """The fenced blocks of docs/DOC with this info string, dedented (a block may sit in
+    a list item)."""
+    text = (DOCS / doc).read_text()
+    found = re.findall(rf"^( *)```{info}\n(.*?)^\1```", text, re.S | re.M)
+    return [textwrap.dedent(body) for _indent, body in found]
