@@ -235,3 +235,49 @@ def test_quickstart_service_gets_the_documented_ip(tmp_path: Path) -> None:
             proc.terminate()
             assert proc.wait(timeout=30) == 0, log.read_text()
     assert [i["ip"] for i in ingress] == [documented.group(1)]
+
+
+# --------------------------------------------------------------------------- names
+
+
+def _code_text() -> str:
+    return "\n".join(
+        p.read_text() for d in ("bgpd", "k8s_watcher") for p in (ROOT / d).rglob("*.py")
+    )
+
+
+def test_log_events_named_in_operations_exist() -> None:
+    text = (DOCS / "operations.md").read_text()
+    section = text[text.index("**5. Logs.**") :]
+    section = section[: section.index("\n\n")]
+    names = re.findall(r"`([a-z_]+\.[a-z_]+)`", section)
+    assert len(names) >= 10
+    code = _code_text()
+    assert [n for n in names if f'"{n}"' not in code] == []
+
+
+def test_metric_names_in_the_docs_exist() -> None:
+    """bgpd/metrics.py names every metric as PREFIX + a quoted short name (counters
+    without their _total suffix, which prometheus_client adds)."""
+    metrics = (ROOT / "bgpd" / "metrics.py").read_text()
+    assert 'PREFIX = "kube_bgpd"' in metrics
+    names = {n for doc in OUR_DOCS for n in re.findall(r"kube_bgpd_\w+", (DOCS / doc).read_text())}
+    assert len(names) >= 5
+    for name in names:
+        short = re.sub(r"_total$", "", name.removeprefix("kube_bgpd_"))
+        assert f'"{short}"' in metrics, name
+
+
+def test_skip_reasons_table_is_complete() -> None:
+    from bgpd.model import SkipReason
+
+    text = (DOCS / "operations.md").read_text()
+    documented = set(re.findall(r"^\| `([a-zA-Z]+)` \|", text, re.M))
+    assert documented == {str(r) for r in SkipReason}
+
+
+def test_alert_names_in_operations_exist() -> None:
+    alerts = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    shipped = {r["alert"] for g in alerts["groups"] for r in g["rules"] if "alert" in r}
+    named = set(re.findall(r"`(KubeBgpd\w+)`", (DOCS / "operations.md").read_text()))
+    assert named == shipped
