@@ -11,9 +11,11 @@ Role: bring the whole system up in network namespaces so people can watch it wor
   put on the node's ``lo``;
 * client namespace behind the router, where :mod:`bgpd.lab.client` runs.
 
-The cluster the speakers see is a cluster dump file (``--cluster-file``) that the lab
-writes from :class:`LabService` declarations; the speakers re-read it when it changes.
-(The API simulator + controller path replaces this once the speaker watches the API.)
+The cluster, two ways: ``cluster="api"`` (``kube-bgpd lab up`` and the demo) runs the API
+simulator and the controller in the router namespace; the lab writes Services,
+EndpointSlices and Nodes to the API, the controller allocates the IPs and the speakers
+watch the API (``--kubeconfig``). ``cluster="file"`` has the speakers read a cluster dump
+(``--cluster-file``) the lab writes from :class:`LabService` declarations.
 
 State: everything started is recorded (namespaces and PIDs in the topology's state file,
 the rest in ``lab.json``) so ``lab down`` tears down a lab whose ``lab up`` process has
@@ -209,9 +211,6 @@ class _Recorded:
     #: "file": the speakers read a cluster dump the lab writes; "api": the API simulator
     #: and the controller run in the router namespace, Services are written to the API.
     cluster: str = "file"
-    #: In "api" mode: the speakers watch the API (``--kubeconfig``) instead of reading the
-    #: dump the lab mirrors from the API after each change.
-    speakers_watch_api: bool = False
     controller: dict[str, int] = field(default_factory=dict)
     speakers: dict[str, dict[str, int]] = field(default_factory=dict)
     servers: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -260,7 +259,6 @@ class Lab:
         wait: float = 30.0,
         cluster: str = "file",
         apisim_in_process: bool = True,
-        speakers_watch_api: bool = False,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -302,7 +300,6 @@ class Lab:
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
                 owns_directory=directory is None,
                 cluster=cluster,
-                speakers_watch_api=speakers_watch_api,
             )
             lab = cls(topo, rtr, rec, sdir)
             lab._save()
@@ -374,8 +371,6 @@ class Lab:
                 for i in range(1, len(self.topology.nodes) + 1)
             }
             self._write_dump(cluster_dump(self.services, nodes))
-        elif not self._rec.speakers_watch_api:
-            self._mirror_api()
         self._rec.services = [asdict(s) for s in self.services]
         self._save()
 
@@ -516,14 +511,6 @@ class Lab:
         items = self._api().list("Service")
         return [o for o in items if o.get("spec", {}).get("type") == "LoadBalancer"]
 
-    def _mirror_api(self) -> None:
-        """Write the API's Services, EndpointSlices and Nodes as the speakers' dump."""
-        api = self._api()
-        items = [*api.list("Service"), *api.list("EndpointSlice"), *api.list("Node")]
-        self._write_dump(
-            yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
-        )
-
     def expected_nexthops(self, svc: LabService, family: int = 4) -> set[IPAddress]:
         """Where the router should send ``svc``'s traffic, by MetalLB's rules."""
         nodes = range(1, len(self.topology.nodes) + 1) if svc.policy == "Cluster" else svc.pod_nodes
@@ -558,7 +545,7 @@ class Lab:
         d = self._node_dir(i)
         source = (
             ["--kubeconfig", str(self.kubeconfig)]
-            if self._rec.speakers_watch_api
+            if self._rec.cluster == "api"
             else ["--cluster-file", str(self.dump_path)]
         )
         argv = [

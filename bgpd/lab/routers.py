@@ -18,7 +18,7 @@ Public interface::
                  md5_password=None, graceful_restart=False, restart_time=120,
                  hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
-    Router: start() stop() restart() rib(family=4) fib(prefix) neighbors()
+    Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
             wait_route(prefix, next_hops=None, timeout) log_tail() close()
@@ -252,6 +252,14 @@ class Router(ABC):
     @abstractmethod
     def neighbors(self) -> dict[IPAddress, str]:
         """Session state per neighbour address (``Established``, ``Active``, ...)."""
+
+    @abstractmethod
+    def changes_received(self) -> dict[IPAddress, int]:
+        """A counter per neighbour that grows with every route change received from it.
+
+        Only for comparing before/after ("nothing was re-announced"): FRR and GoBGP count
+        UPDATE messages, BIRD counts route updates plus withdrawals.
+        """
 
     def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
         """Next hops of the kernel route for exactly ``prefix`` in the router namespace.
@@ -521,6 +529,17 @@ class FRRRouter(Router):
             out[ip] = str(info.get("bgpState", "?"))
         return out
 
+    def changes_received(self) -> dict[IPAddress, int]:
+        data = self.vtysh_json("show bgp neighbors json")
+        out: dict[IPAddress, int] = {}
+        for addr, info in data.items():
+            try:
+                ip = ipaddress.ip_address(addr)
+            except ValueError:
+                continue
+            out[ip] = int(info.get("messageStats", {}).get("updatesRecv", 0))
+        return out
+
 
 def parse_frr_path(p: Mapping[str, Any]) -> RibPath:
     hops = p.get("nexthops") or []
@@ -651,6 +670,9 @@ class BirdRouter(Router):
     def neighbors(self) -> dict[IPAddress, str]:
         return parse_bird_protocols(self.birdc("show protocols all"))
 
+    def changes_received(self) -> dict[IPAddress, int]:
+        return parse_bird_changes(self.birdc("show protocols all"))
+
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
 _BIRD_PATH_CONT = re.compile(r"^\s+unicast\s")
@@ -713,6 +735,23 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
             state = None
         elif line and not line[0].isspace():
             state = None
+    return out
+
+
+def parse_bird_changes(text: str) -> dict[IPAddress, int]:
+    """Neighbour address -> received route updates + withdrawals (``show protocols all``)."""
+    out: dict[IPAddress, int] = {}
+    neighbor: IPAddress | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if line and not line[0].isspace():
+            neighbor = None
+        elif s.startswith("Neighbor address:"):
+            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
+            out.setdefault(neighbor, 0)
+        elif neighbor is not None and s.startswith(("Import updates:", "Import withdraws:")):
+            received = s.split(":", 1)[1].split()[0]
+            out[neighbor] += int(received) if received.isdigit() else 0
     return out
 
 
@@ -835,6 +874,17 @@ class GoBGPRouter(Router):
                 continue
             state = peer.get("state", {}).get("session_state", "?")
             out[ipaddress.ip_address(addr)] = _GOBGP_STATES.get(state, str(state))
+        return out
+
+    def changes_received(self) -> dict[IPAddress, int]:
+        data = json.loads(self.gobgp("neighbor", "-j") or "[]")
+        out: dict[IPAddress, int] = {}
+        for peer in data or []:
+            state = peer.get("state", {})
+            addr = state.get("neighbor_address") or peer.get("conf", {}).get("neighbor_address")
+            if addr:
+                received = state.get("messages", {}).get("received", {})
+                out[ipaddress.ip_address(addr)] = int(received.get("update", 0))
         return out
 
     def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:

@@ -190,6 +190,7 @@ def test_route_from_exabgp_reaches_rib_with_attributes(
     sessions = router.wait_established(1)
     assert sessions[topology.node_address(1)] == "Established"
     [path] = router.wait_route(ROUTE)
+    assert router.changes_received()[topology.node_address(1)] >= 1
     assert path == RibPath(
         next_hop=topology.node_address(1),
         communities=("1:2", "65535:0"),
@@ -230,6 +231,9 @@ def test_ecmp_two_nodes_two_fib_nexthops_then_withdraw(
     routes = json.loads(topology.router.ip("-j", "route", "show", "exact", ROUTE).stdout)
     assert len(routes) == 1  # one route ...
     assert len(routes[0]["nexthops"]) == 2  # ... with two nexthops
+    changes = router.changes_received()
+    assert changes[topology.node_address(1)] >= 1
+    assert changes[topology.node_address(2)] >= 1
     first.proc.kill()  # the kernel closes the socket: the router drops the session at once
     router.wait_fib(ROUTE, {topology.node_address(2)}, timeout=5)
 

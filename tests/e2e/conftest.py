@@ -2,10 +2,11 @@
 servers, client) per test, with FRR or BIRD as the router.
 
 * ``make_lab(router="frr", **Lab.up options)`` - bring a lab up in this test's temporary
-  directories; it is torn down after the test, even when the test fails (then the
+  directories (``cluster="api"`` unless told: API simulator in this process, controller,
+  speakers watching the API); it is torn down after the test, even when the test fails (then the
   speakers' and the router's logs are printed).
-* ``WEB`` - the Service every lab starts with: 10.99.100.1 and fd00:99:100::1, pods on
-  node1 and node2, externalTrafficPolicy Cluster.
+* ``WEB`` - the Service every lab starts with: 10.99.100.1 and fd00:99:100::1 (requested),
+  pods on node1 and node2, externalTrafficPolicy Cluster.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import pytest
 from bgpd.lab.lab import Lab, LabService
 
 WEB = LabService("web", ("10.99.100.1", "fd00:99:100::1"), pod_nodes=(1, 2))
-ROUTERS = [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")]
 
 
 def _logs(lab: Lab) -> str:
@@ -36,6 +36,8 @@ def make_lab(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callabl
 
     def factory(router: str = "frr", **opts: Any) -> Lab:
         opts.setdefault("services", [WEB])
+        # The whole system by default: API simulator, controller, speakers on the API.
+        opts.setdefault("cluster", "api")
         lab = Lab.up(
             router=router,
             state_dir=tmp_path / f"state{len(labs)}",

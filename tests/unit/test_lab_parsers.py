@@ -12,6 +12,7 @@ import pytest
 from bgpd.lab.lab import LabService, cluster_dump
 from bgpd.lab.routers import (
     RibPath,
+    parse_bird_changes,
     parse_bird_protocols,
     parse_bird_routes,
     parse_frr_path,
@@ -55,6 +56,10 @@ fd00:99:100::1/128   unicast [dyn6_0_1 15:57:00.983] * (100) [AS64513i]
 BIRD_PROTOCOLS = """\
 BIRD 2.0.12 ready.
 Name       Proto      Table      State  Since         Info
+kernel4    Kernel     master4    up     15:57:00.211
+  Channel ipv4
+    Route change stats:     received   rejected   filtered    ignored   accepted
+      Import updates:              0          0          0          0          0
 nodes4_0   BGP        ---        start  15:57:00.211  Passive
   BGP state:          Passive
     Neighbor range:   172.31.250.0/24
@@ -62,6 +67,11 @@ dyn4_0_1   BGP        ---        up     15:57:00.931  Established
   BGP state:          Established
     Neighbor address: 172.31.250.11
     Neighbor AS:      64513
+  Channel ipv4
+    Route change stats:     received   rejected   filtered    ignored   accepted
+      Import updates:              3          0          0          0          3
+      Import withdraws:            2          0        ---          0          2
+      Export updates:              1          1          0        ---          0
 static6_0  BGP        ---        start  15:57:00.211  Active
   BGP state:          Active
     Neighbor address: fd00:99:250::12
@@ -85,6 +95,13 @@ def test_bird_routes_every_path_with_attributes() -> None:
         ],
         # Not BGP (no BGP.next_hop): not in the BGP RIB view.
         net("fd00:99:100::1/128"): [RibPath(ip("fd00:99:250::13"), local_pref=250)],
+    }
+
+
+def test_bird_changes_received_count_updates_and_withdrawals() -> None:
+    assert parse_bird_changes(BIRD_PROTOCOLS) == {
+        ip("172.31.250.11"): 5,
+        ip("fd00:99:250::12"): 0,
     }
 
 
