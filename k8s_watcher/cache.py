@@ -160,27 +160,18 @@ class KubernetesSource:
             self._changed_parts.add("slices")
         self._dirty.clear()
         built, parts = self._built, self._changed_parts
+
+        def index(field: str, part: str, current: Mapping[Any, Any]) -> Any:
+            """A read-only copy if this index changed, else the previous snapshot's."""
+            if built is None or part in parts:
+                return MappingProxyType(dict(current))
+            return getattr(built, field)
+
         self._snapshot = self._built = ClusterSnapshot(
-            services=(
-                MappingProxyType(dict(self._services))
-                if built is None or "services" in parts
-                else built.services
-            ),
-            endpoint_slices=(
-                MappingProxyType(dict(self._slice_tuples))
-                if built is None or "slices" in parts
-                else built.endpoint_slices
-            ),
-            nodes=(
-                MappingProxyType(dict(self._nodes))
-                if built is None or "nodes" in parts
-                else built.nodes
-            ),
-            namespaces=(
-                MappingProxyType(dict(self._namespaces))
-                if built is None or "namespaces" in parts
-                else built.namespaces
-            ),
+            services=index("services", "services", self._services),
+            endpoint_slices=index("endpoint_slices", "slices", self._slice_tuples),
+            nodes=index("nodes", "nodes", self._nodes),
+            namespaces=index("namespaces", "namespaces", self._namespaces),
         )
         parts.clear()
         self.last_snapshot = self._snapshot

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -116,6 +117,13 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
         "kind": "Namespace",
         "metadata": {"name": name, "labels": labels or {}},
     }
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (for a child process's listener)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 async def wait_until(

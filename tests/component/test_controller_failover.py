@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from k8s_kit import lb_service, simulator, wait_until
+from k8s_kit import free_port, lb_service, simulator, wait_until
 
 from bgpd.apisim import ApiSimulator
 
@@ -53,12 +52,6 @@ def all_ingress(sim: ApiSimulator) -> dict[str, list[str]]:
         entries = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
         out[obj["metadata"]["name"]] = [e["ip"] for e in entries]
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def scrape(port: int) -> str:

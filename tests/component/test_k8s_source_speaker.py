@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,19 +23,13 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from k8s_kit import endpoint_slice, lb_service, node, simulator, wait_until
+from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator, wait_until
 
 from bgpd.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
 KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def config_text(peer_port: int, work: Path) -> str:
