@@ -1,0 +1,118 @@
+"""`kube-bgpd controller` with in-cluster credentials, as in a pod: no kubeconfig anywhere,
+$KUBERNETES_SERVICE_HOST/PORT set, and the service account's token, CA certificate and
+namespace at /var/run/secrets/kubernetes.io/serviceaccount.
+
+The controller runs in its own mount namespace (``unshare -m``) with a tmpfs on /run
+holding those files, so the host's /run is untouched; the API simulator serves HTTPS with
+a throw-away certificate and requires the token. The Lease must land in the service
+account's namespace (the default when --lease-namespace is not given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+from k8s_kit import lb_service, wait_until
+
+from bgpd.apisim import ApiSimulator
+
+pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(90)]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+ACCOUNT = "/run/secrets/kubernetes.io/serviceaccount"
+CONFIG = """
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: pool}
+spec:
+  addresses: [10.99.6.0/29]
+"""
+
+
+def host_token() -> str | None:
+    token = Path(ACCOUNT, "token")
+    return token.read_text() if token.exists() else None
+
+
+async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    async with ApiSimulator(host="127.0.0.1", port=0, tls=True, token="pod-token") as sim:
+        assert sim.ca_cert is not None
+        sim.store.create(lb_service("web"))
+        (tmp_path / "token").write_text("pod-token")
+        (tmp_path / "namespace").write_text("kube-system")
+        setup = " && ".join(
+            [
+                "mount -t tmpfs tmpfs /run",
+                f"mkdir -p {ACCOUNT}",
+                f"cp {shlex.quote(str(tmp_path / 'token'))} {ACCOUNT}/token",
+                f"cp {shlex.quote(str(sim.ca_cert))} {ACCOUNT}/ca.crt",
+                f"cp {shlex.quote(str(tmp_path / 'namespace'))} {ACCOUNT}/namespace",
+                shlex.join(
+                    [
+                        "exec",
+                        KUBE_BGPD,
+                        "controller",
+                        "--config",
+                        str(config),
+                        "--identity",
+                        "pod-1",
+                        "--lease-duration",
+                        "2",
+                        "--renew-deadline",
+                        "1.5",
+                        "--retry-period",
+                        "0.25",
+                    ]
+                ),
+            ]
+        )
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
+        env |= {
+            "HOME": str(tmp_path),  # no ~/.kube/config
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(sim.port),
+        }
+        log = tmp_path / "controller.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                "unshare",
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                setup,
+                stdout=out,
+                stderr=out,
+                env=env,
+            )
+            try:
+
+                def allocated() -> bool:
+                    obj = sim.store.get("services", "web", "default")
+                    assert obj is not None
+                    status = (obj.get("status") or {}).get("loadBalancer") or {}
+                    return bool(status.get("ingress"))
+
+                await wait_until(allocated, within=30, what="allocation over HTTPS")
+                lease = sim.store.get("leases", "kube-bgpd-controller", "kube-system")
+                assert lease is not None, "the Lease goes to the service account's namespace"
+                assert lease["spec"]["holderIdentity"] == "pod-1"
+                proc.send_signal(signal.SIGTERM)
+                assert await asyncio.wait_for(proc.wait(), 20) == 0
+            except BaseException:
+                print(log.read_text())
+                raise
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    assert host_token() != "pod-token", "the host's /run was not touched"
