@@ -84,13 +84,18 @@ def ingress(sim: ApiSimulator, name: str) -> list[str]:
     return [e["ip"] for e in entries]
 
 
-async def get_status(port: int) -> dict[str, Any]:
+async def get_text(port: int, path: str) -> str:
     async with (
         aiohttp.ClientSession() as session,
-        session.get(f"http://127.0.0.1:{port}/status") as response,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
     ):
-        doc: dict[str, Any] = json.loads(await response.text())
-        return doc
+        assert response.status == 200
+        return await response.text()
+
+
+async def get_status(port: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(await get_text(port, "/status"))
+    return doc
 
 
 @contextlib.asynccontextmanager
@@ -152,6 +157,10 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
             )
             status = await get_status(port)
             assert status["source"] == {"synced": True, "stale": False}
+            metrics = await get_text(port, "/metrics")
+            # The in-process controller's pool usage sits beside the speaker's metrics.
+            assert 'kube_bgpd_pool_addresses_in_use{pool="svc"} 1.0' in metrics
+            assert 'kube_bgpd_watch_relists_total{kind="EndpointSlice"} 1.0' in metrics
 
             sim.store.patch(
                 "endpointslices",
