@@ -1,0 +1,420 @@
+"""Benchmark of the ExaBGP driver against bare ExaBGP on the same GoBGP peer (not a test).
+
+Run as root from the repository root:
+
+    .venv/bin/python bench/bench_driver.py [--samples 50] [--routes 10000]
+
+It builds a one-node lab (router namespace with GoBGP, node1 namespace for ExaBGP) and
+measures, in one run:
+
+1. one route's latency, p50/p90 over ``--samples`` announces: from the call (``apply()``
+   for the driver; the write of ``announce route ...`` for bare ExaBGP) to the route's
+   arrival at GoBGP, seen by ``gobgp monitor global rib -j`` (a push stream, so no
+   polling granularity);
+2. ``--routes`` /32s from an established, empty session to all of them at GoBGP: the
+   driver (batches of 100 prefixes, 4 in flight, and other settings) and bare ExaBGP
+   with single-route commands and at most 200 in flight (the lab notes' reference);
+3. RSS of a real ``kube-bgpd speaker`` (daemon + ExaBGP + helper) announcing 0, 1,000
+   and 10,000 Service IPs from a cluster dump.
+
+"Bare ExaBGP" is ExaBGP with a minimal API process (``cat`` of a FIFO opened read-write
+for commands, acks drained to a file) and the same neighbour configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import ipaddress  # noqa: E402
+
+from bgpd.exabgp.render import render  # noqa: E402
+from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv  # noqa: E402
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, make_router  # noqa: E402
+from bgpd.lab.topology import Topology  # noqa: E402
+from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes  # noqa: E402
+
+PEER = PeerName("tor")
+
+
+class Monitor:
+    """``gobgp monitor global rib -j`` in the router namespace: arrival times per prefix."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.proc = topo.router.popen(
+            ["gobgp", "monitor", "global", "rib", "-j"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.arrived: dict[str, float] = {}
+        self.withdrawn: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            now = time.monotonic()
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            for path in doc if isinstance(doc, list) else [doc]:
+                prefix = path.get("nlri", {}).get("prefix")
+                if prefix is None:
+                    continue
+                with self.lock:
+                    if path.get("withdrawal"):
+                        self.withdrawn[prefix] = now
+                        self.arrived.pop(prefix, None)
+                    else:
+                        self.arrived.setdefault(prefix, now)
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.arrived)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.arrived.clear()
+            self.withdrawn.clear()
+
+    async def wait(self, prefix: str, within: float = 10) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with self.lock:
+                if prefix in self.arrived:
+                    return self.arrived[prefix]
+            await asyncio.sleep(0.0002)
+        raise TimeoutError(prefix)
+
+    async def wait_count(self, n: int, within: float = 60) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            with self.lock:
+                if len(self.arrived) >= n:
+                    return max(self.arrived.values())
+            await asyncio.sleep(0.005)
+        raise TimeoutError(f"{self.count()} of {n}")
+
+    async def wait_empty(self, within: float = 60) -> None:
+        deadline = time.monotonic() + within
+        # Polled: the reader is a thread, and the bench wants no extra machinery.
+        while self.count() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+def peer(topo: Topology) -> BGPPeer:
+    return BGPPeer(
+        name=PEER,
+        my_asn=NODE_ASN,
+        peer_asn=ROUTER_ASN,
+        peer_address=topo.router_address(4),
+        hold_time=9,
+    )
+
+
+def node(topo: Topology) -> Node:
+    return Node(name=NodeName("node1"), addresses=(("InternalIP", str(topo.node_address(1))),))
+
+
+def prefixes(n: int, base: int = 0) -> list[str]:
+    return [f"10.99.{(base + i) // 250}.{(base + i) % 250 + 1}/32" for i in range(n)]
+
+
+@contextlib.asynccontextmanager
+async def driver_runtime(topo: Topology, work: Path, **opts: Any) -> AsyncIterator[ExaBGPRuntime]:
+    rt = ExaBGPRuntime(
+        node=NodeName("node1"), work_dir=work, prefix=topo.nodes[0].exec_prefix(), **opts
+    )
+    rt.configure(
+        render(
+            Config(peers=(peer(topo),)),
+            node(topo),
+            kernel_choices={},
+            passwords={},
+            helper_argv=helper_argv(),
+        )
+    )
+    task = asyncio.create_task(rt.run())
+    try:
+        yield rt
+    finally:
+        await rt.stop(withdraw=False)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class Bare:
+    """ExaBGP with a trivial API process reading commands from a FIFO."""
+
+    def __init__(self, topo: Topology, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        self.fifo = work / "commands"
+        os.mkfifo(self.fifo)
+        self.acks = work / "acks"
+        helper = work / "bare-helper.sh"
+        # O_RDWR (<>) so the reader never sees EOF; stdin (acks) drained by a background cat.
+        # (an explicit redirection: sh gives a background job /dev/null as stdin otherwise)
+        helper.write_text(
+            f"#!/bin/sh\nexec 3<&0\ncat <&3 > {self.acks} &\nexec cat 0<> {self.fifo}\n"
+        )
+        helper.chmod(0o755)
+        rendering = render(
+            Config(peers=(peer(topo),)),
+            node(topo),
+            kernel_choices={},
+            passwords={},
+            helper_argv=[str(helper)],
+        )
+        conf = work / "bare.conf"
+        conf.write_text(rendering.config)
+        env = dict(
+            os.environ,
+            exabgp_daemon_user="root",
+            exabgp_daemon_drop="false",
+            exabgp_api_cli="false",
+            exabgp_log_destination=str(work / "bare.log"),
+        )
+        self.proc = topo.nodes[0].popen(
+            [sys.executable, "-m", "exabgp", "server", str(conf)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.writer = os.open(self.fifo, os.O_RDWR)
+
+    def send(self, lines: list[str]) -> None:
+        data = "".join(line + "\n" for line in lines).encode()
+        while data:
+            n = os.write(self.writer, data)
+            data = data[n:]
+
+    def acked(self) -> int:
+        try:
+            return self.acks.read_bytes().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        os.close(self.writer)
+
+
+def report(key: str, v: list[float]) -> None:
+    p50, p90 = statistics.median(v) * 1000, pct(v, 0.9) * 1000
+    print(f"{key}: p50 {p50:.2f} ms  p90 {p90:.2f} ms  (n={len(v)})", flush=True)
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+async def latency_driver(rt: ExaBGPRuntime, mon: Monitor, samples: int) -> list[float]:
+    out = []
+    desired: dict[Any, RouteAttributes] = {}
+    for i in range(samples):
+        p = f"10.98.0.{i + 1}/32"
+        desired[ipaddress.ip_network(p)] = RouteAttributes()
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        rt.driver.apply({PEER: dict(desired)})
+        out.append((await mon.wait(p)) - t0)
+    rt.driver.apply({})
+    await mon.wait_empty()
+    return out
+
+
+async def latency_bare(bare: Bare, mon: Monitor, samples: int) -> list[float]:
+    out = []
+    for i in range(samples):
+        p = f"10.98.1.{i + 1}/32"
+        await asyncio.sleep(0.05)
+        t0 = time.monotonic()
+        bare.send([f"announce route {p} next-hop self"])
+        out.append((await mon.wait(p)) - t0)
+    return out
+
+
+async def bulk_driver(rt: ExaBGPRuntime, mon: Monitor, n: int) -> float:
+    mon.reset()
+    t0 = time.monotonic()
+    rt.driver.apply({PEER: {ipaddress.ip_network(p): RouteAttributes() for p in prefixes(n)}})
+    last = await mon.wait_count(n)
+    took = last - t0
+    rt.driver.apply({})
+    await rt.driver.wait_converged(60)
+    await mon.wait_empty()
+    return took
+
+
+async def bulk_bare(bare: Bare, mon: Monitor, n: int, window: int = 200) -> float:
+    mon.reset()
+    base = bare.acked()
+    cmds = [f"announce route {p} next-hop self" for p in prefixes(n, base=20000)]
+    t0 = time.monotonic()
+    sent = 0
+    deadline = t0 + 120
+    while sent < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"bare ExaBGP acknowledged {bare.acked() - base} of {sent}")
+        inflight = sent - (bare.acked() - base)
+        if inflight < window:
+            k = min(window - inflight, n - sent)
+            bare.send(cmds[sent : sent + k])
+            sent += k
+        else:
+            await asyncio.sleep(0.0005)
+    last = await mon.wait_count(n)
+    return last - t0
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def speaker_rss(
+    topo: Topology, work: Path, mon: Monitor, counts: list[int]
+) -> list[tuple[int, int, int, int]]:
+    sys.path.insert(0, str(ROOT / "tests" / "component"))
+    from test_speaker import config_text, dump_text  # the same files the component tests use
+
+    out = []
+    for n in counts:
+        d = work / f"speaker-{n}"
+        d.mkdir()
+        (d / "config.yaml").write_text(config_text().replace("10.99.100.0/24", "10.99.0.0/16"))
+        ips = [p.split("/")[0] for p in prefixes(n)]
+        (d / "cluster.yaml").write_text(dump_text(ips))
+        mon.reset()
+        proc = topo.nodes[0].popen(
+            [
+                str(ROOT / ".venv/bin/kube-bgpd"),
+                "speaker",
+                "--config",
+                str(d / "config.yaml"),
+                "--node-name",
+                "node1",
+                "--cluster-file",
+                str(d / "cluster.yaml"),
+                "--work-dir",
+                str(d / "work"),
+                "--metrics-address",
+                "127.0.0.1:7473",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while mon.count() < n and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(2 if n else 4)
+            status = json.loads(
+                topo.nodes[0]
+                .run(["curl", "-sf", "http://127.0.0.1:7473/status"], check=True)
+                .stdout
+            )
+            exa = status["exabgp"]["pid"]
+            children = [
+                int(c)
+                for t in Path(f"/proc/{exa}/task").iterdir()
+                for c in (t / "children").read_text().split()
+            ]
+            out.append((n, rss_kb(proc.pid), rss_kb(exa), sum(rss_kb(c) for c in children)))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--samples", type=int, default=50)
+    ap.add_argument("--routes", type=int, default=10000)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kube-bgpd-bench-"))
+    topo = Topology.create(nodes=1, ipv6=False, client=False)
+    router = make_router("gobgp", topo.router, work / "gobgp")
+    router.start()
+    mon = Monitor(topo)
+    try:
+        results: dict[str, Any] = {}
+        bare = Bare(topo, work / "bare")
+        await asyncio.to_thread(router.wait_established, 1, 30)
+        await asyncio.sleep(1)
+        print("bare ExaBGP: latency", file=sys.stderr)
+        results["bare_latency"] = await latency_bare(bare, mon, args.samples)
+        report("bare_latency", results["bare_latency"])
+        print("bare ExaBGP: bulk", file=sys.stderr)
+        results["bare_bulk"] = await bulk_bare(bare, mon, args.routes)
+        print(
+            f"bare bulk {args.routes} (single routes, 200 in flight): {results['bare_bulk']:.2f} s",
+            flush=True,
+        )
+        bare.close()
+        await asyncio.sleep(1)
+        mon.reset()
+        for window, batch in ((4, 100), (8, 100), (8, 50)):
+            print(f"driver {window}x{batch}", file=sys.stderr)
+            async with driver_runtime(
+                topo, work / f"drv-{window}-{batch}", window=window, batch=batch
+            ) as rt:
+                await asyncio.to_thread(router.wait_established, 1, 30)
+                await asyncio.sleep(1)
+                if (window, batch) == (4, 100):
+                    results["driver_latency"] = await latency_driver(rt, mon, args.samples)
+                    report("driver_latency", results["driver_latency"])
+                took = results[f"driver_bulk_{window}x{batch}"] = await bulk_driver(
+                    rt, mon, args.routes
+                )
+                print(
+                    f"driver bulk {args.routes} ({batch} prefixes a command, "
+                    f"{window} in flight): {took:.2f} s",
+                    flush=True,
+                )
+            await asyncio.sleep(1)
+        print("speaker RSS", file=sys.stderr)
+        results["rss"] = await asyncio.to_thread(
+            speaker_rss, topo, work, mon, [0, 1000, args.routes]
+        )
+        for n, daemon, exa, helper in results["rss"]:
+            print(
+                f"RSS at {n} routes: daemon {daemon / 1024:.1f} MiB, "
+                f"ExaBGP {exa / 1024:.1f} MiB, helper {helper / 1024:.1f} MiB, "
+                f"total {(daemon + exa + helper) / 1024:.1f} MiB"
+            )
+    finally:
+        mon.close()
+        router.close()
+        topo.destroy()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
