@@ -460,6 +460,9 @@ class FRRRouter(Router):
                 lines.append(f" neighbor {g} ebgp-multihop {c.ebgp_multihop}")
             if c.ttl_security:
                 lines.append(f" neighbor {g} ttl-security hops 1")
+            if self.bfd:
+                # Default BFD timers (300 ms x 3); the node side runs its own bfdd.
+                lines.append(f" neighbor {g} bfd")
             lines += [f" bgp listen range {r} peer-group {g}" for r in ranges]
             lines += [f" neighbor {a} peer-group {g}" for a in statics]
         lines.append(" bgp listen limit 200")

@@ -321,6 +321,7 @@ CONFIG_CASES = [
     pytest.param({"md5_password": "pw", "graceful_restart": True, "restart_time": 30}, id="md5-gr"),
     pytest.param({"ebgp_multihop": 3, "hold_time": 30, "keepalive_time": 10}, id="multihop"),
     pytest.param({"ttl_security": True}, id="gtsm"),
+    pytest.param({"bfd": True}, id="bfd"),
     pytest.param(
         {"neighbor_ranges": (), "static_neighbors": ("172.31.250.11", "fd00:99:250::11")},
         id="static-only",
@@ -334,6 +335,10 @@ def test_rendered_config_passes_the_daemons_own_check(
     kind: str, opts: dict[str, Any], tmp_path: Path
 ) -> None:
     """Every option combination renders a config the daemon itself accepts (dry run)."""
+    if opts.get("bfd") and kind != "frr":
+        with pytest.raises(ValueError, match="bfd"):
+            make_router(kind, Netns("unused"), tmp_path, **opts)
+        return
     if kind == "gobgp" and opts.get("peer_asn", 0) is None:
         with pytest.raises(RouterError, match="fixed peer_asn"):
             make_router(kind, Netns("unused"), tmp_path, **opts).start()
