@@ -17,6 +17,14 @@ This machine's venv interpreter lives under /root (mode 0700), which a non-root 
 cannot execute, while the image's interpreter is in /usr/local. For runAsUser != 0 the
 test therefore builds a small venv from the system's python3.11 that imports the same
 installed packages (nothing is downloaded).
+
+In the image the code lives on the read-only root filesystem. Here it lives wherever the
+repository was cloned, and its venv under it: CI may clone under /tmp, which the pod's
+emptyDir tmpfs then hides. The sandbox therefore binds the paths the daemon's code and
+interpreter live in (repository, venvs, base interpreter) back, read-only, over any
+emptyDir mount that would hide them, after that mount: the daemon still gets a fresh
+writable tmpfs there and sees the code as the image's read-only root shows it. From a
+repository outside every emptyDir mount nothing is added.
 """
 
 from __future__ import annotations
@@ -86,6 +94,16 @@ def cluster_dump() -> str:
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [node]})
 
 
+def hidden_code_paths(mount_paths: list[str], bin_dir: Path) -> list[Path]:
+    """The paths the daemon's code and interpreter live in that lie under one of these
+    mount points (outermost only): the repository (the editable install's source), this
+    venv, its base interpreter and `bin_dir`."""
+    needed = {ROOT, Path(sys.prefix), Path(sys.base_prefix), bin_dir}
+    mounts = [Path(m) for m in mount_paths]
+    hidden = {p.resolve() for p in needed if any(m in p.resolve().parents for m in mounts)}
+    return sorted(p for p in hidden if not any(q in p.parents for q in hidden))
+
+
 def sandbox_script(
     workload: dict[str, Any],
     config_dir: Path,
@@ -109,15 +127,31 @@ def sandbox_script(
             "ip addr add 172.31.250.11/24 dev lo",
             "ip -6 addr add fd00:99::11/64 dev lo nodad",
         ]
+    empty_dirs = [m["mountPath"] for m in c["volumeMounts"] if "emptyDir" in volumes[m["name"]]]
+    # Code paths an emptyDir tmpfs would hide (see the module docstring): each is bound
+    # to a staging directory in `state` before the tmpfs mounts (afterwards it is out of
+    # reach), then moved back to its own path inside the tmpfs and made read-only.
+    keep = {
+        shlex.quote(str(path)): shlex.quote(str(state / f"keep-{i}"))
+        for i, path in enumerate(hidden_code_paths(empty_dirs, bin_dir))
+    }
+    lines += [f"mkdir {stage}" for stage in keep.values()]
     lines.append("mount --make-rprivate /")
     if sc.get("readOnlyRootFilesystem"):
         lines += ["mount --bind / /", "mount -o remount,bind,ro /"]
+    lines += [f"mount --bind {path} {stage}" for path, stage in keep.items()]
     for m in c["volumeMounts"]:
         vol = volumes[m["name"]]
         if "configMap" in vol:
             lines.append(f"mount --bind -o ro {shlex.quote(str(config_dir))} {m['mountPath']}")
         elif "emptyDir" in vol:
             lines.append(f"mount -t tmpfs -o mode=1777 tmpfs {m['mountPath']}")
+    for path, stage in keep.items():
+        lines += [
+            f"mkdir -p {path}",
+            f"mount -n --move {stage} {path}",  # -n: no utab on the read-only root
+            f"mount -o remount,bind,ro {path}",
+        ]
     lines.append(f"mount --bind {shlex.quote(str(state))} {shlex.quote(str(state))}")
     lines.append(f"mount -o remount,bind,rw {shlex.quote(str(state))}")
     env = {**{e["name"]: e["value"] for e in c["env"] if "value" in e}, **env}
@@ -261,6 +295,36 @@ def check_identity(workload: dict[str, Any], pid: int) -> int:
     return want_caps
 
 
+def in_mntns_of(pid: int, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    # -r: the daemon's own root; joining the namespace alone lands on the rw `mount --bind
+    # / /` stacked on it (setns follows mounts on the namespace root), not the daemon's view.
+    return subprocess.run(
+        ["nsenter", "-t", str(pid), "-m", "-r", *argv], capture_output=True, text=True, timeout=10
+    )
+
+
+def check_mounts(workload: dict[str, Any], pid: int) -> None:
+    """The daemon's filesystem as the pod spec says: the root read-only (so is the code,
+    also where it is bound back over an emptyDir), every emptyDir a writable tmpfs, the
+    ConfigMap read-only. Probed as root in its mount namespace, so only a read-only mount
+    refuses the write."""
+    pod = workload["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    read_only_root = bool(c["securityContext"].get("readOnlyRootFilesystem"))
+    writable = {"/": not read_only_root, str(ROOT): not read_only_root}
+    for m in c["volumeMounts"]:
+        writable[m["mountPath"]] = "emptyDir" in volumes[m["name"]]
+        if "emptyDir" in volumes[m["name"]]:
+            fstype = in_mntns_of(pid, ["stat", "-f", "-c", "%T", m["mountPath"]]).stdout
+            assert fstype.strip() == "tmpfs", (m["mountPath"], fstype)
+    probe = 'f=$(mktemp -p "$1" 2>/dev/null) && rm -f "$f"'
+    found = {
+        path: in_mntns_of(pid, ["sh", "-c", probe, "-", path]).returncode == 0 for path in writable
+    }
+    assert found == writable
+
+
 @pytest.mark.parametrize(
     "path", [pytest.param("base", id="base"), pytest.param("overlays/example", id="listen")]
 )
@@ -289,6 +353,7 @@ def test_speaker_runs_in_the_daemonsets_security_context(path: str, nonroot_bin:
             ready = in_netns_of(run.pid, ["curl", "-s", "http://127.0.0.1:7473/readyz"]).stdout
             ready = ready.strip()
         caps = check_identity(ds, run.pid)
+        check_mounts(ds, run.pid)
         (exabgp,) = [
             p for p in children(run.pid) if b"exabgp" in Path(f"/proc/{p}/cmdline").read_bytes()
         ]
@@ -343,4 +408,5 @@ def test_controller_runs_in_the_deployments_security_context(
             )
             assert health.returncode == 0, run.log()
             check_identity(deploy, run.pid)
+            check_mounts(deploy, run.pid)
             assert run.stop() == "0", run.log()
