@@ -120,8 +120,41 @@ class Monitor:
             await asyncio.sleep(0.01)
 
     def close(self) -> None:
-        self.proc.kill()
+        if self.proc.poll() is None:
+            self.proc.kill()
         self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class Counter:
+    """Polls ``gobgp global rib summary`` (every 20 ms) for the number of IPv4 prefixes.
+
+    Used for the bulk runs instead of the monitor stream: 10,000 JSON lines parsed in the
+    benchmark's own process would compete with the driver for the GIL and the CPU."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+
+    def count(self) -> int:
+        out = self.topo.router.run(["gobgp", "global", "rib", "summary", "-a", "ipv4"], check=False)
+        for word in out.stdout.replace(",", " ").split():
+            if word.isdigit():
+                return int(word)
+        return 0
+
+    async def wait_count(self, n: int, within: float = 120) -> float:
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if await asyncio.to_thread(self.count) >= n:
+                return time.monotonic()
+            await asyncio.sleep(0.02)
+        raise TimeoutError(f"{self.count()} of {n}")
+
+    async def wait_empty(self, within: float = 120) -> None:
+        deadline = time.monotonic() + within
+        while await asyncio.to_thread(self.count) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
 
 
 def peer(topo: Topology) -> BGPPeer:
@@ -259,8 +292,7 @@ async def latency_bare(bare: Bare, mon: Monitor, samples: int) -> list[float]:
     return out
 
 
-async def bulk_driver(rt: ExaBGPRuntime, mon: Monitor, n: int) -> float:
-    mon.reset()
+async def bulk_driver(rt: ExaBGPRuntime, mon: Counter, n: int) -> float:
     t0 = time.monotonic()
     rt.driver.apply({PEER: {ipaddress.ip_network(p): RouteAttributes() for p in prefixes(n)}})
     last = await mon.wait_count(n)
@@ -271,8 +303,7 @@ async def bulk_driver(rt: ExaBGPRuntime, mon: Monitor, n: int) -> float:
     return took
 
 
-async def bulk_bare(bare: Bare, mon: Monitor, n: int, window: int = 200) -> float:
-    mon.reset()
+async def bulk_bare(bare: Bare, mon: Counter, n: int, window: int = 200) -> float:
     base = bare.acked()
     cmds = [f"announce route {p} next-hop self" for p in prefixes(n, base=20000)]
     t0 = time.monotonic()
@@ -300,7 +331,7 @@ def rss_kb(pid: int) -> int:
 
 
 def speaker_rss(
-    topo: Topology, work: Path, mon: Monitor, counts: list[int]
+    topo: Topology, work: Path, mon: Counter, counts: list[int]
 ) -> list[tuple[int, int, int, int]]:
     sys.path.insert(0, str(ROOT / "tests" / "component"))
     from test_speaker import config_text, dump_text  # the same files the component tests use
@@ -312,7 +343,6 @@ def speaker_rss(
         (d / "config.yaml").write_text(config_text().replace("10.99.100.0/24", "10.99.0.0/16"))
         ips = [p.split("/")[0] for p in prefixes(n)]
         (d / "cluster.yaml").write_text(dump_text(ips))
-        mon.reset()
         proc = topo.nodes[0].popen(
             [
                 str(ROOT / ".venv/bin/kube-bgpd"),
@@ -373,14 +403,17 @@ async def main() -> None:
         results["bare_latency"] = await latency_bare(bare, mon, args.samples)
         report("bare_latency", results["bare_latency"])
         print("bare ExaBGP: bulk", file=sys.stderr)
-        results["bare_bulk"] = await bulk_bare(bare, mon, args.routes)
+        mon.close()  # the monitor's stream would load the CPU during the bulk runs
+        counter = Counter(topo)
+        results["bare_bulk"] = await bulk_bare(bare, counter, args.routes)
         print(
             f"bare bulk {args.routes} (single routes, 200 in flight): {results['bare_bulk']:.2f} s",
             flush=True,
         )
         bare.close()
+        await counter.wait_empty()
+        mon = Monitor(topo)
         await asyncio.sleep(1)
-        mon.reset()
         for window, batch in ((4, 100), (8, 100), (8, 50)):
             print(f"driver {window}x{batch}", file=sys.stderr)
             async with driver_runtime(
@@ -391,8 +424,9 @@ async def main() -> None:
                 if (window, batch) == (4, 100):
                     results["driver_latency"] = await latency_driver(rt, mon, args.samples)
                     report("driver_latency", results["driver_latency"])
+                    mon.close()
                 took = results[f"driver_bulk_{window}x{batch}"] = await bulk_driver(
-                    rt, mon, args.routes
+                    rt, counter, args.routes
                 )
                 print(
                     f"driver bulk {args.routes} ({batch} prefixes a command, "
@@ -402,7 +436,7 @@ async def main() -> None:
             await asyncio.sleep(1)
         print("speaker RSS", file=sys.stderr)
         results["rss"] = await asyncio.to_thread(
-            speaker_rss, topo, work, mon, [0, 1000, args.routes]
+            speaker_rss, topo, work, counter, [0, 1000, args.routes]
         )
         for n, daemon, exa, helper in results["rss"]:
             print(

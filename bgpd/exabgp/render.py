@@ -266,13 +266,18 @@ def render_env(
 
     As root, ExaBGP drops to ``nobody`` by default and then cannot run its helper or read
     its 0600 config: keep root. Acks on (the driver counts on one answer per command),
-    the human CLI pipe off, logs unshortened on stdout for the supervisor to relay.
+    the human CLI pipe off, warnings and errors unshortened on stdout for the supervisor
+    to relay.
     ``listen`` lets routers connect to us too (ExaBGP's own retry backs off to 60 s)."""
     env = {
         "exabgp_api_ack": "true",
         "exabgp_api_cli": "false",
         "exabgp_api_respawn": "true",
         "exabgp_log_destination": "stdout",
+        # INFO logs a line per route (formatted even when nobody reads it): 10,000 routes
+        # would mean 10,000 lines for the supervisor to relay. Warnings and errors (a
+        # refused command, a session error) still come through.
+        "exabgp_log_level": "WARNING",
         "exabgp_log_short": "false",
         "exabgp_log_statistics": "false",
         "exabgp_daemon_daemonize": "false",

@@ -8,8 +8,10 @@ so they run in a thread (``in_thread``): blocking the loop would stall the drive
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
+import logging
 import os
 import signal
 import time
@@ -242,8 +244,14 @@ async def test_ibgp_local_pref_and_drain_modes(
     ],
 )
 async def test_md5(
-    topology: Topology, tmp_path: Path, make_router: Callable[..., Router], key: str, up: bool
+    topology: Topology,
+    tmp_path: Path,
+    make_router: Callable[..., Router],
+    key: str,
+    up: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.DEBUG)  # everything we and ExaBGP log, relayed
     router = make_router("bird", md5_password="s3cret-key")
     peer = router_peer(topology)
     async with running(topology, tmp_path, (peer,), passwords={peer.name: key}) as rt:
@@ -262,6 +270,10 @@ async def test_md5(
             assert not await in_thread(router.rib, 4)
             assert all(s != "Established" for s in (await in_thread(router.neighbors)).values())
         assert oct(rt.config_path.stat().st_mode & 0o777) == "0o600"
+    # The key never reaches a log, in clear or in the base64 form of the config file.
+    assert "exabgp.started" in caplog.text
+    assert key not in caplog.text
+    assert base64.b64encode(key.encode()).decode() not in caplog.text
 
 
 async def test_ten_thousand_routes(topology: Topology, tmp_path: Path, bird_router: Router) -> None:
