@@ -24,7 +24,8 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   queue drops its oldest event and counts it in ``stats.events_dropped``: a slow
   subscriber never blocks BGP), ``driver.unsubscribe(queue)``.
 * ``driver.stats``: ``commands_sent`` (Counter by CommandKind value), ``command_errors``,
-  ``ack_timeouts``, ``helper_connections``, ``events_dropped``, ``last_error``
+  ``ack_timeouts``, ``helper_connections``, ``events_dropped``, ``wrong_family``
+  (prefixes of the other family handed to a session: logged, never sent), ``last_error``
   (command text, without secrets: commands hold none).
 
 Flow control: at most ``window`` commands in flight (each up to ``batch`` prefixes; 4 x 100
@@ -94,6 +95,8 @@ class DriverStats:
     ack_timeouts: int = 0
     helper_connections: int = 0
     events_dropped: int = 0
+    #: Prefixes of the other family handed to a session's peer (never sent).
+    wrong_family: int = 0
     last_error: str = ""
 
 
@@ -208,6 +211,19 @@ class ExaBGPDriver:
     def apply(self, desired: DesiredRoutes) -> None:
         """Take the whole desired route set; converge in the background."""
         self._desired = _copy(desired)
+        for peer, routes in self._desired.items():
+            n = self._neighbors.get(peer)
+            wrong = [] if n is None else [p for p in routes if p.version != n.peer.family]
+            if wrong:
+                self.stats.wrong_family += len(wrong)
+                log(
+                    _logger,
+                    logging.ERROR,
+                    "driver.wrong_family",
+                    peer=peer,
+                    prefixes=",".join(str(p) for p in wrong[:5]),
+                    count=len(wrong),
+                )
         unknown = sorted(set(self._desired) - set(self._neighbors))
         if unknown:
             log(_logger, logging.DEBUG, "driver.unknown_peers", peers=",".join(unknown))
@@ -222,7 +238,15 @@ class ExaBGPDriver:
     def effective(self) -> Routes:
         """What ExaBGP should hold now: the desired set of configured peers, transformed
         by the mode."""
-        base = {p: r for p, r in self._desired.items() if p in self._neighbors}
+        base: Routes = {}
+        for peer, routes in self._desired.items():
+            n = self._neighbors.get(peer)
+            if n is None:
+                continue
+            # One family per session: an IPv6 prefix sent on an IPv4 session in an
+            # `announce attributes ... nlri` makes ExaBGP send an UPDATE the router
+            # rejects, resetting the session (seen with GoBGP). Never send one.
+            base[peer] = {p: a for p, a in routes.items() if p.version == n.peer.family}
         if self.mode is DriverMode.WITHDRAWN:
             return {}
         if self.mode is DriverMode.DRAINING:

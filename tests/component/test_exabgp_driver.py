@@ -33,8 +33,10 @@ from bgpd.model import (
     IPNetwork,
     Node,
     NodeName,
+    PeerEvent,
     PeerName,
     RouteAttributes,
+    RouteEvent,
     SessionState,
 )
 
@@ -122,6 +124,7 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
 ) -> None:
     attrs = RouteAttributes(communities=("65000:1",), large_communities=("64512:1:2",), med=30)
     async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        events = rt.driver.subscribe()
         rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"], attrs))
         assert await rt.driver.wait_converged(20)
         rib = await in_thread(
@@ -140,6 +143,10 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
         status = rt.driver.peer_status()[PeerName("tor")]
         assert status.acknowledged == 2
         assert status.pending == 0
+        seen = [events.get_nowait() for _ in range(events.qsize())]
+        announced = {e.prefix for e in seen if isinstance(e, RouteEvent)}
+        assert announced == {net("10.99.100.1/32"), net("10.99.100.2/32")}
+        assert any(isinstance(e, PeerEvent) and e.state is SessionState.UP for e in seen)
         # Declarative: a smaller set withdraws the rest.
         rt.driver.apply(routes("tor", ["10.99.100.2/32"], attrs))
         await in_thread(
@@ -400,3 +407,52 @@ async def test_ack_timeout_restarts_and_replays(
         await wait_for(lambda: rt.driver.stats.ack_timeouts == 1, 10, "ack timeout")
         await wait_for(lambda: rt.supervisor.pid not in (None, old), 10, "restart")
         await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 30)
+
+
+async def test_error_ack_is_surfaced_and_the_rest_flows(
+    topology: Topology, tmp_path: Path, gobgp_router: Router
+) -> None:
+    """A community ExaBGP refuses (70000 is not 16-bit) gets an `error` ack: counted with
+    its command, the route not acknowledged, and acks stay matched: the routes around it
+    arrive. An IPv6 prefix handed to the IPv4 session is never sent (it would reset the
+    session) and is counted."""
+    bad = RouteAttributes(communities=("70000:1",))
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        desired = {
+            PeerName("tor"): {
+                net("10.99.100.1/32"): PLAIN,
+                net("10.99.100.9/32"): bad,
+                net("fd00:99:100::1/128"): PLAIN,
+                net("10.99.100.2/32"): PLAIN,
+            }
+        }
+        rt.driver.apply(desired)
+        await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 20)
+        await wait_for(lambda: rt.driver.stats.command_errors == 1, what="error ack")
+        assert "70000:1" in rt.driver.stats.last_error
+        assert rt.driver.stats.wrong_family == 1
+        acked = rt.driver.acknowledged()[PeerName("tor")]
+        assert set(acked) == {net("10.99.100.1/32"), net("10.99.100.2/32")}
+        assert rt.driver.peer_status()[PeerName("tor")].pending == 1
+        # Later commands still match their acks, and the session never dropped.
+        rt.driver.apply(routes("tor", ["10.99.100.3/32"]))
+        await in_thread(gobgp_router.wait_rib, lambda r: set(r) == {net("10.99.100.3/32")}, 20)
+        assert rt.driver.peer_status()[PeerName("tor")].state is SessionState.UP
+
+
+async def test_frr_kernel_fib_next_hops(
+    topology: Topology, tmp_path: Path, frr_router: Router
+) -> None:
+    """Two nodes announce the same /32: FRR installs one kernel route with both next hops
+    (ECMP), and a withdrawal from one node leaves the other."""
+    prefix = "10.99.100.1/32"
+    async with (
+        running(topology, tmp_path, (router_peer(topology),), node=1) as rt1,
+        running(topology, tmp_path, (router_peer(topology),), node=2) as rt2,
+    ):
+        rt1.driver.apply(routes("tor", [prefix]))
+        rt2.driver.apply(routes("tor", [prefix]))
+        both = {topology.node_address(1), topology.node_address(2)}
+        await in_thread(frr_router.wait_fib, prefix, both, 30)
+        rt1.driver.apply({})
+        await in_thread(frr_router.wait_fib, prefix, {topology.node_address(2)}, 30)
