@@ -37,6 +37,7 @@ def config_text(
     graceful: bool = False,
     community: str = "65000:1",
     exabgp: str | None = None,
+    drain_on_sigterm: bool = False,
 ) -> str:
     docs: list[dict[str, Any]] = [
         {
@@ -67,7 +68,11 @@ def config_text(
             "apiVersion": "kube-bgpd.io/v1alpha1",
             "kind": "SpeakerConfig",
             "metadata": {"name": "speaker"},
-            "spec": {"drainWindow": drain_window, **({"exabgpBinary": exabgp} if exabgp else {})},
+            "spec": {
+                "drainWindow": drain_window,
+                "drainOnSigterm": drain_on_sigterm,
+                **({"exabgpBinary": exabgp} if exabgp else {}),
+            },
         },
     ]
     return yaml.safe_dump_all(docs)
@@ -325,5 +330,23 @@ def _unprivileged_checks(bird: Router, sp: SpeakerProc) -> None:
     doc = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)
     assert Path(f"/proc/{doc['exabgp']['pid']}").stat().st_uid != 0
     sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+    assert bird.rib() == {}
+
+
+def test_drain_on_sigterm(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    bird = make_router("bird")
+    sp = speaker(config_text(drain_window="2s", drain_on_sigterm=True), dump_text(["10.99.100.5"]))
+    bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    sp.proc.send_signal(signal.SIGTERM)
+    bird.wait_rib(
+        lambda r: (
+            [p.communities for p in r.get(net("10.99.100.5/32"), [])] == [("65000:1", "65535:0")]
+        ),
+        10,
+    )
+    assert sp.proc.poll() is None, "the speaker holds the drained routes for the window"
     assert sp.proc.wait(20) == 0
     assert bird.rib() == {}
