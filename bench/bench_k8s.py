@@ -1,0 +1,610 @@
+"""Benchmark from a Kubernetes write to the route at a real peer (not a test).
+
+Run as root from the repository root:
+
+    .venv/bin/python bench/bench_k8s.py [--changes 200] [--services 10000]
+        [--rate 1000] [--seconds 60] [--load-services 200] [--changes-big 50]
+
+It builds a one-node lab (``Topology``): BIRD 2 in the router namespace, the API
+simulator in this process on a thread inside the router namespace (172.31.250.2:6443,
+as the lab does), and in node1's namespace first a bare ExaBGP, then a real
+``kube-bgpd speaker --kubeconfig`` watching the simulator. The peer's RIB is read over
+BIRD's control socket (``show route <prefix>``, no birdc fork), polled every ~1 ms, so
+the figures include up to ~1 ms of polling granularity. In order, it measures:
+
+1. bare ExaBGP: one change's latency, p50/p99 over ``--changes`` alternating
+   ``announce``/``withdraw route`` commands written to its API process, to the route
+   appearing at (leaving) BIRD; then ``--services`` routes announced (at most 200
+   unacknowledged) and the RSS of ExaBGP and of its trivial API process;
+2. the speaker with ``--load-services`` + 2 Local Services: one change's latency over
+   ``--changes`` changes, from just before the store write that makes a Service's only
+   (node1) endpoint ready or not ready to the route appearing at (leaving) BIRD, next to
+   the speaker's own means of ``kube_bgpd_convergence_seconds`` (decide, acknowledge,
+   total) and ``kube_bgpd_reconcile_duration_seconds`` over the same changes;
+3. sustained load: ``--rate`` EndpointSlice changes per second for ``--seconds``,
+   written by a coroutine in the simulator's own loop straight into the store (HTTP
+   writes to the simulator top out at a few hundred per second). Each write flips the
+   readiness of the node1 endpoint of one of the ``--load-services`` Services, so every
+   write is a route change for the speaker. Every ``--sample`` seconds it records the
+   writes done, the EndpointSlice watch events the speaker received
+   (``kube_bgpd_watch_events_total``) and one probe change's latency to BIRD; a backlog
+   shows as a received count falling further behind, or a probe latency that grows;
+4. cold start: ``--services`` more Services (each with an allocated ingress IP and an
+   EndpointSlice with a ready endpoint on node1) seeded into the store, a new speaker
+   process, and the time from its start to all routes at BIRD
+   (``show route where source = RTS_BGP count`` every 20 ms);
+5. the speaker's RSS (daemon, ExaBGP, helper) at that size, then one change's latency
+   again over ``--changes-big`` changes with all those Services in the cluster.
+
+Everything it creates (namespaces, BIRD, ExaBGP, speaker) is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_driver import Bare, pct, prefixes, rss_kb  # noqa: E402
+
+from bgpd.lab.apicluster import NetnsApiSimulator, call_in_netns, node_object  # noqa: E402
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, make_router  # noqa: E402
+from bgpd.lab.topology import Topology  # noqa: E402
+
+API_HOST = "172.31.250.2"  # a secondary router address on br0, as bgpd/lab/lab.py uses
+API_PORT = 6443
+STATUS = "127.0.0.1:7473"  # the speaker's status/metrics listener, inside node1's netns
+NS = "default"
+LATENCY_IP = "10.99.200.1"
+PROBE_IP = "10.99.201.1"
+
+
+# --------------------------------------------------------------------------- the peer
+
+
+class BirdCtl:
+    """BIRD's control socket, spoken directly: one round trip per query, no birdc fork."""
+
+    _END = re.compile(rb"^\d{4} ")
+
+    def __init__(self, router: BirdRouter) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.connect(str(router.ctl))
+        self.reader = self.sock.makefile("rb")
+        self._reply()  # the "0001 BIRD ... ready." banner
+
+    def _reply(self) -> list[bytes]:
+        lines = []
+        while True:
+            line = self.reader.readline()
+            if not line:
+                raise ConnectionError("BIRD closed its control socket")
+            lines.append(line)
+            if self._END.match(line):
+                return lines
+
+    def command(self, text: str) -> list[bytes]:
+        self.sock.sendall(text.encode() + b"\n")
+        return self._reply()
+
+    def has(self, ip: str) -> bool:
+        # A present route is listed in 1007 lines; an absent one ends with "8001 Network
+        # not found" (or an empty 0000).
+        return any(line.startswith(b"1007") for line in self.command(f"show route {ip}/32"))
+
+    def count(self) -> int:
+        # BGP routes only: protocol direct puts the connected LAN in the table too.
+        for line in self.command("show route where source = RTS_BGP count"):
+            m = re.search(rb"(\d+) of \d+ routes", line)
+            if m:
+                return int(m.group(1))
+        return 0
+
+    def wait(self, ip: str, present: bool, within: float = 30, poll: float = 0.001) -> float:
+        """Poll until ``ip``/32 is (not) in BIRD's table; return the monotonic time seen."""
+        deadline = time.monotonic() + within
+        while True:
+            if self.has(ip) == present:
+                return time.monotonic()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{ip} {'never came' if present else 'never left'}")
+            time.sleep(poll)
+
+    def wait_count(self, n: int, within: float = 300, poll: float = 0.02) -> float:
+        deadline = time.monotonic() + within
+        while True:
+            got = self.count()
+            if got >= n:
+                return time.monotonic()
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{got} of {n} routes at BIRD")
+            time.sleep(poll)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------- cluster objects
+
+
+def ip_of(i: int) -> str:
+    return prefixes(1, base=i)[0].split("/")[0]
+
+
+def service(name: str, ip: str) -> dict[str, Any]:
+    """A Local LoadBalancer Service whose IP the controller already allocated."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "type": "LoadBalancer",
+            "externalTrafficPolicy": "Local",
+            "ipFamilies": ["IPv4"],
+            "ipFamilyPolicy": "SingleStack",
+            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
+        },
+        "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
+    }
+
+
+def endpoints(ready: bool) -> list[dict[str, Any]]:
+    return [
+        {
+            "addresses": ["10.244.1.10"],
+            "nodeName": "node1",
+            "conditions": {"ready": ready, "serving": ready, "terminating": False},
+        }
+    ]
+
+
+def endpoint_slice(svc: str, ready: bool) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{svc}-a",
+            "namespace": NS,
+            "labels": {"kubernetes.io/service-name": svc},
+        },
+        "addressType": "IPv4",
+        "endpoints": endpoints(ready),
+        "ports": [{"port": 80, "protocol": "TCP"}],
+    }
+
+
+def speaker_config(topo: Topology) -> str:
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "IPAddressPool",
+            "metadata": {"name": "bench"},
+            "spec": {"addresses": ["10.99.0.0/16"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta1",
+            "kind": "BGPAdvertisement",
+            "metadata": {"name": "bench"},
+            "spec": {"ipAddressPools": ["bench"]},
+        },
+        {
+            "apiVersion": "metallb.io/v1beta2",
+            "kind": "BGPPeer",
+            "metadata": {"name": "tor"},
+            "spec": {
+                "myASN": NODE_ASN,
+                "peerASN": ROUTER_ASN,
+                "peerAddress": str(topo.router_address(4)),
+                "holdTime": "9s",
+            },
+        },
+    ]
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+# --------------------------------------------------------------------------- processes
+
+
+class Speaker:
+    """``kube-bgpd speaker --kubeconfig`` in node1's namespace."""
+
+    def __init__(self, topo: Topology, work: Path, kubeconfig: Path) -> None:
+        self.topo = topo
+        work.mkdir(parents=True, exist_ok=True)
+        (work / "config.yaml").write_text(speaker_config(topo))
+        self.log = work / "speaker.log"
+        argv = [
+            str(ROOT / ".venv/bin/kube-bgpd"),
+            "speaker",
+            "--config",
+            str(work / "config.yaml"),
+            "--node-name",
+            "node1",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--work-dir",
+            str(work / "work"),
+            "--metrics-address",
+            STATUS,
+        ]
+        with self.log.open("wb") as out:
+            self.proc = topo.nodes[0].popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.started = time.monotonic()
+
+    def get(self, path: str) -> str:
+        def fetch() -> str:
+            with urllib.request.urlopen(f"http://{STATUS}{path}", timeout=10) as r:
+                return str(r.read().decode())
+
+        return call_in_netns(self.topo.nodes[0].name, fetch)
+
+    def slice_events(self) -> int:
+        total = 0.0
+        for line in self.get("/metrics").splitlines():
+            if line.startswith('kube_bgpd_watch_events_total{kind="EndpointSlice"'):
+                total += float(line.rsplit(" ", 1)[1])
+        return int(total)
+
+    def convergence(self) -> dict[str, tuple[float, int]]:
+        """kube_bgpd_convergence_seconds per phase and kube_bgpd_reconcile_duration_seconds
+        ("reconcile"): (sum in seconds, count)."""
+        got: dict[str, list[float]] = {}
+        for line in self.get("/metrics").splitlines():
+            m = re.match(
+                r"kube_bgpd_(?:convergence_seconds|(reconcile)_duration_seconds)_(sum|count)"
+                r'(?:\{phase="(\w+)"\})? (\S+)',
+                line,
+            )
+            if m:
+                phase = m.group(1) or m.group(3)
+                got.setdefault(phase, [0.0, 0.0])[m.group(2) == "count"] = float(m.group(4))
+        return {k: (v[0], int(v[1])) for k, v in got.items()}
+
+    def rss(self) -> tuple[int, int, int]:
+        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper)."""
+        exa = int(json.loads(self.get("/status"))["exabgp"]["pid"])
+        return rss_kb(self.proc.pid), rss_kb(exa), children_rss(exa)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def children_rss(pid: int) -> int:
+    kids = [
+        int(c)
+        for t in Path(f"/proc/{pid}/task").iterdir()
+        for c in (t / "children").read_text().split()
+    ]
+    return sum(rss_kb(c) for c in kids)
+
+
+@contextmanager
+def lab(work: Path) -> Iterator[tuple[Topology, BirdRouter, NetnsApiSimulator]]:
+    topo = Topology.create(nodes=1, ipv6=False, client=False)
+    router = None
+    try:
+        router = make_router("bird", topo.router, work / "bird")
+        assert isinstance(router, BirdRouter)
+        router.start()
+        topo.router.ip("addr", "add", f"{API_HOST}/24", "dev", "br0")
+        with NetnsApiSimulator(
+            topo.router.name, host=API_HOST, port=API_PORT, history_size=200_000
+        ) as sim:
+            assert isinstance(sim, NetnsApiSimulator)
+            yield topo, router, sim
+    finally:
+        if router is not None:
+            router.close()
+        topo.destroy()
+
+
+# --------------------------------------------------------------------------- phases
+
+
+def summary(name: str, values: list[float]) -> dict[str, float]:
+    ms = {
+        "p50": statistics.median(values) * 1000,
+        "p99": pct(values, 0.99) * 1000,
+        "max": max(values) * 1000,
+    }
+    print(
+        f"{name}: p50 {ms['p50']:.2f} ms  p99 {ms['p99']:.2f} ms  max {ms['max']:.2f} ms "
+        f"(n={len(values)})",
+        flush=True,
+    )
+    return ms
+
+
+def latency_bare(bare: Bare, bird: BirdCtl, changes: int) -> list[float]:
+    out = []
+    for i in range(changes):
+        up = i % 2 == 0
+        verb = "announce" if up else "withdraw"
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        bare.send([f"{verb} route {LATENCY_IP}/32 next-hop self"])
+        out.append(bird.wait(LATENCY_IP, up) - t0)
+    return out
+
+
+def bulk_bare(bare: Bare, bird: BirdCtl, n: int, window: int = 200) -> float:
+    """Announce n routes (at most ``window`` unacknowledged); seconds to all at BIRD."""
+    base = bare.acked()
+    cmds = [f"announce route {p} next-hop self" for p in prefixes(n)]
+    t0 = time.monotonic()
+    sent = 0
+    while sent < n:
+        inflight = sent - (bare.acked() - base)
+        if inflight < window:
+            k = min(window - inflight, n - sent)
+            bare.send(cmds[sent : sent + k])
+            sent += k
+        else:
+            time.sleep(0.0005)
+    return bird.wait_count(n) - t0
+
+
+def flip(sim: NetnsApiSimulator, svc: str, ready: bool) -> None:
+    sim.store.patch("endpointslices", f"{svc}-a", {"endpoints": endpoints(ready)}, namespace=NS)
+
+
+def latency_speaker(sim: NetnsApiSimulator, bird: BirdCtl, changes: int) -> list[float]:
+    out = []
+    for i in range(changes):
+        ready = i % 2 == 0
+        time.sleep(0.05)
+        t0 = time.monotonic()
+        flip(sim, "lat", ready)
+        out.append(bird.wait(LATENCY_IP, ready) - t0)
+    return out
+
+
+def speaker_latency(
+    sim: NetnsApiSimulator, speaker: Speaker, bird: BirdCtl, changes: int, what: str
+) -> None:
+    before = speaker.convergence()
+    v = timed(f"speaker latency, {what}", lambda: latency_speaker(sim, bird, changes))
+    summary(f"speaker EndpointSlice write -> BIRD ({what})", v)
+    after = speaker.convergence()
+    print(
+        "  speaker's own metrics over these changes (means): "
+        + ", ".join(
+            f"{phase} {(after[phase][0] - before[phase][0]) / n * 1000:.2f} ms"
+            for phase in after
+            if (n := after[phase][1] - before[phase][1])
+        ),
+        flush=True,
+    )
+
+
+def start_load(sim: NetnsApiSimulator, services: int, rate: int) -> dict[str, Any]:
+    """Start the writer coroutine in the simulator's loop; returns its shared state."""
+    import asyncio
+
+    state: dict[str, Any] = {"written": 0, "stop": False, "behind_max": 0}
+    store = sim.sim.store
+
+    async def writer() -> None:
+        start = time.monotonic()
+        ready = [True] * services
+        while not state["stop"]:
+            due = int((time.monotonic() - start) * rate)
+            state["behind_max"] = max(state["behind_max"], due - state["written"])
+            while state["written"] < due:
+                k = state["written"] % services
+                ready[k] = not ready[k]
+                store.patch(
+                    "endpointslices",
+                    f"load{k}-a",
+                    {"endpoints": endpoints(ready[k])},
+                    namespace=NS,
+                )
+                state["written"] += 1
+            await asyncio.sleep(0.002)
+
+    sim.call(lambda: asyncio.ensure_future(writer()))
+    return state
+
+
+def load(
+    sim: NetnsApiSimulator,
+    speaker: Speaker,
+    bird: BirdCtl,
+    args: argparse.Namespace,
+) -> list[tuple[float, int, int, float]]:
+    """Rows of (seconds, written, received by the speaker, probe latency)."""
+    base = speaker.slice_events()
+    state = start_load(sim, args.load_services, args.rate)
+    t0 = time.monotonic()
+    rows: list[tuple[float, int, int, float]] = []
+    probe_up = True
+    try:
+        while time.monotonic() - t0 < args.seconds:
+            time.sleep(args.sample)
+            # Received first: the written count read after it is an upper bound.
+            received = speaker.slice_events() - base - len(rows)
+            written = sim.call(lambda: int(state["written"]))
+            start = time.monotonic()
+            flip(sim, "probe", probe_up)
+            lag = bird.wait(PROBE_IP, probe_up) - start
+            probe_up = not probe_up
+            rows.append((time.monotonic() - t0, written, received, lag))
+            print(
+                f"  t={rows[-1][0]:5.1f} s written {written} received {received} "
+                f"(behind {written - received}) probe {lag * 1000:.1f} ms",
+                flush=True,
+            )
+    finally:
+        sim.call(lambda: state.__setitem__("stop", True))
+    ended = time.monotonic()
+    written = sim.call(lambda: int(state["written"]))
+    deadline = time.monotonic() + 60
+    # The probe flips are EndpointSlice events too.
+    while speaker.slice_events() - base - len(rows) < written and time.monotonic() < deadline:
+        time.sleep(0.1)
+    caught = time.monotonic() - ended
+    received = speaker.slice_events() - base - len(rows)
+    print(
+        f"  {written} writes in {ended - t0:.1f} s; after the last write: received "
+        f"{received} of {written} ({caught:.2f} s after the load's end); the writer fell "
+        f"behind its schedule by at most {state['behind_max']} writes",
+        flush=True,
+    )
+    for k in range(args.load_services):  # all ready again, for the cold start
+        flip(sim, f"load{k}", True)
+    return rows
+
+
+def seed(sim: NetnsApiSimulator, objects: list[dict[str, Any]]) -> float:
+    t0 = time.monotonic()
+    store = sim.sim.store
+
+    def create_all() -> None:
+        for obj in objects:
+            store.create(obj)
+
+    sim.call(create_all, timeout=600)
+    return time.monotonic() - t0
+
+
+def timed(what: str, fn: Callable[[], Any]) -> Any:
+    print(f"-- {what}", file=sys.stderr, flush=True)
+    return fn()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--changes", type=int, default=200)
+    ap.add_argument("--services", type=int, default=10_000)
+    ap.add_argument("--changes-big", type=int, default=50, help="changes at --services")
+    ap.add_argument("--rate", type=int, default=1000)
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--sample", type=float, default=5.0)
+    ap.add_argument("--load-services", type=int, default=200)
+    args = ap.parse_args()
+    # The simulator thread and the poller share this interpreter: switch often.
+    sys.setswitchinterval(0.0005)
+    # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.
+    work = Path(tempfile.mkdtemp(prefix="bench-k8s-", dir="/var/tmp"))
+    print(f"work directory {work}", flush=True)
+    with lab(work) as (topo, router, sim):
+        kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
+        bird = BirdCtl(router)
+        try:
+            # Bare ExaBGP first, alone on node1.
+            bare = Bare(topo, work / "bare")
+            try:
+                router.wait_established(1, 30)
+                time.sleep(1)
+                v = timed("bare latency", lambda: latency_bare(bare, bird, args.changes))
+                summary("bare ExaBGP announce/withdraw -> BIRD", v)
+                took = timed("bare bulk", lambda: bulk_bare(bare, bird, args.services))
+                time.sleep(2)
+                exa = rss_kb(bare.proc.pid)
+                helper = children_rss(bare.proc.pid)
+                print(
+                    f"bare ExaBGP with {args.services} routes (bulk in {took:.2f} s): "
+                    f"RSS ExaBGP {exa / 1024:.1f} MiB, API process {helper / 1024:.1f} MiB",
+                    flush=True,
+                )
+            finally:
+                bare.close()
+            deadline = time.monotonic() + 60
+            while bird.count() and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+            # The speaker: latency and load with a few Services.
+            base: list[dict[str, Any]] = [node_object("node1", [str(topo.node_address(1))])]
+            base += [service("lat", LATENCY_IP), endpoint_slice("lat", False)]
+            base += [service("probe", PROBE_IP), endpoint_slice("probe", False)]
+            for k in range(args.load_services):
+                base += [service(f"load{k}", f"10.99.{210 + k // 250}.{k % 250 + 1}")]
+                base += [endpoint_slice(f"load{k}", True)]
+            seed(sim, base)
+            speaker = Speaker(topo, work / "speaker-small", kubeconfig)
+            try:
+                router.wait_established(1, 30)
+                bird.wait_count(args.load_services, within=60)
+                time.sleep(1)
+                speaker_latency(
+                    sim, speaker, bird, args.changes, f"{args.load_services + 2} Services"
+                )
+                print(f"load: {args.rate}/s for {args.seconds} s", flush=True)
+                timed("load", lambda: load(sim, speaker, bird, args))
+            finally:
+                speaker.stop()
+                log_tail(speaker)
+
+            # Cold start with --services more.
+            deadline = time.monotonic() + 60
+            while bird.count() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            big = []
+            for i in range(args.services):
+                big += [service(f"s{i}", ip_of(i)), endpoint_slice(f"s{i}", True)]
+            took = seed(sim, big)
+            total = args.services + args.load_services
+            print(f"seeded {args.services} Services and slices in {took:.1f} s", flush=True)
+            speaker = Speaker(topo, work / "speaker-big", kubeconfig)
+            try:
+                seen = timed("cold start", lambda: bird.wait_count(total, within=240))
+                print(
+                    f"cold start: speaker start -> all {total} routes at BIRD in "
+                    f"{seen - speaker.started:.2f} s",
+                    flush=True,
+                )
+                time.sleep(3)
+                daemon, exa, helper = speaker.rss()
+                rss_line = (
+                    f"speaker RSS at {total} routes: daemon {daemon / 1024:.1f} MiB, "
+                    f"ExaBGP {exa / 1024:.1f} MiB, helper {helper / 1024:.1f} MiB, "
+                    f"total {(daemon + exa + helper) / 1024:.1f} MiB"
+                )
+                print(rss_line, flush=True)
+                speaker_latency(sim, speaker, bird, args.changes_big, f"{total + 2} Services")
+            finally:
+                speaker.stop()
+                log_tail(speaker)
+        finally:
+            bird.close()
+
+
+def log_tail(speaker: Speaker) -> None:
+    errors = [
+        line
+        for line in speaker.log.read_text(errors="replace").splitlines()
+        if "ERROR" in line or "Traceback" in line
+    ]
+    if errors:
+        print("speaker log errors:\n" + "\n".join(errors[-10:]), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
