@@ -192,6 +192,9 @@ async def test_conflicting_requests_one_wins_other_gets_event_then_ip_on_delete(
     sim.store.create(lb_service("second", annotations=wanted))
     async with env.controller():
         await wait_until(lambda: "AllocationFailed" in reasons(sim, "second"), what="failure")
+        # Events are recorded without waiting for the status write, so the failure Event of
+        # the loser can land before the winner's status patch: wait for the write itself.
+        await wait_until(lambda: ingress(sim, "first") != [], what="first allocated")
         assert ingress(sim, "first") == ["10.99.0.11"], "ties go by namespace/name"
         assert ingress(sim, "second") == []
         (failed,) = [e for e in events(sim, "second") if e[2] == "AllocationFailed"]
