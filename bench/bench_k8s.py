@@ -16,11 +16,12 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    ``announce``/``withdraw route`` commands written to its API process, to the route
    appearing at (leaving) BIRD; then ``--services`` routes announced (at most 200
    unacknowledged) and the RSS of ExaBGP and of its trivial API process;
-2. the speaker with ``--load-services`` + 2 Local Services: one change's latency over
-   ``--changes`` changes, from just before the store write that makes a Service's only
-   (node1) endpoint ready or not ready to the route appearing at (leaving) BIRD, next to
-   the speaker's own means of ``kube_bgpd_convergence_seconds`` (decide, acknowledge,
-   total) and ``kube_bgpd_reconcile_duration_seconds`` over the same changes;
+2. the speaker with 2 Local Services, then with ``--load-services`` more: one change's
+   latency over ``--changes`` changes, from just before the store write that makes a
+   Service's only (node1) endpoint ready or not ready to the route appearing at
+   (leaving) BIRD, next to the speaker's own means of ``kube_bgpd_convergence_seconds``
+   (decide, acknowledge, total) and ``kube_bgpd_reconcile_duration_seconds`` over the
+   same changes;
 3. sustained load: ``--rate`` EndpointSlice changes per second for ``--seconds``,
    written by a coroutine in the simulator's own loop straight into the store (HTTP
    writes to the simulator top out at a few hundred per second). Each write flips the
@@ -45,6 +46,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -507,12 +509,20 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--sample", type=float, default=5.0)
     ap.add_argument("--load-services", type=int, default=200)
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
     args = ap.parse_args()
     # The simulator thread and the poller share this interpreter: switch often.
     sys.setswitchinterval(0.0005)
     # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.
     work = Path(tempfile.mkdtemp(prefix="bench-k8s-", dir="/var/tmp"))
-    print(f"work directory {work}", flush=True)
+    try:
+        run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
     with lab(work) as (topo, router, sim):
         kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
         bird = BirdCtl(router)
@@ -539,17 +549,21 @@ def main() -> None:
             while bird.count() and time.monotonic() < deadline:
                 time.sleep(0.1)
 
-            # The speaker: latency and load with a few Services.
+            # The speaker: latency with 2 Services, then with the load Services too.
             base: list[dict[str, Any]] = [node_object("node1", [str(topo.node_address(1))])]
             base += [service("lat", LATENCY_IP), endpoint_slice("lat", False)]
             base += [service("probe", PROBE_IP), endpoint_slice("probe", False)]
-            for k in range(args.load_services):
-                base += [service(f"load{k}", f"10.99.{210 + k // 250}.{k % 250 + 1}")]
-                base += [endpoint_slice(f"load{k}", True)]
             seed(sim, base)
             speaker = Speaker(topo, work / "speaker-small", kubeconfig)
             try:
                 router.wait_established(1, 30)
+                time.sleep(2)
+                speaker_latency(sim, speaker, bird, args.changes, "2 Services")
+                more: list[dict[str, Any]] = []
+                for k in range(args.load_services):
+                    more += [service(f"load{k}", f"10.99.{210 + k // 250}.{k % 250 + 1}")]
+                    more += [endpoint_slice(f"load{k}", True)]
+                seed(sim, more)
                 bird.wait_count(args.load_services, within=60)
                 time.sleep(1)
                 speaker_latency(
