@@ -34,8 +34,9 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    EndpointSlice with a ready endpoint on node1) seeded into the store, a new speaker
    process, and the time from its start to all routes at BIRD
    (``show route where source = RTS_BGP count`` every 20 ms);
-5. the speaker's RSS (daemon, ExaBGP, helper) at that size, then one change's latency
-   again over ``--changes-big`` changes with all those Services in the cluster.
+5. the speaker's RSS (daemon, ExaBGP, helper) at that size, the time of one GET of its
+   ``/metrics`` and ``/status``, then one change's latency again over ``--changes-big``
+   changes with all those Services in the cluster.
 
 Everything it creates (namespaces, BIRD, ExaBGP, speaker) is removed at the end.
 """
@@ -601,6 +602,14 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     f"total {(daemon + exa + helper) / 1024:.1f} MiB"
                 )
                 print(rss_line, flush=True)
+                for path in ("/metrics", "/status"):
+                    t0 = time.monotonic()
+                    size = len(speaker.get(path))
+                    print(
+                        f"GET {path} at {total} routes: {(time.monotonic() - t0) * 1000:.0f} ms "
+                        f"({size / 1024:.0f} KiB; the speaker's event loop serves it)",
+                        flush=True,
+                    )
                 speaker_latency(sim, speaker, bird, args.changes_big, f"{total + 2} Services")
             finally:
                 speaker.stop()
