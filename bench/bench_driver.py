@@ -157,6 +157,26 @@ class Counter:
             await asyncio.sleep(0.05)
 
 
+class BirdCounter(Counter):
+    """Polls ``birdc show route count`` (every 20 ms): BIRD answers from its table without
+    printing routes, so polling costs far less CPU than asking GoBGP for a summary."""
+
+    def __init__(self, topo: Topology, ctl: Path) -> None:
+        super().__init__(topo)
+        self.ctl = ctl
+
+    def count(self) -> int:
+        out = self.topo.router.run(
+            ["birdc", "-s", str(self.ctl), "show", "route", "count"], check=False
+        )
+        # "10000 of 10000 routes for 10000 networks in table master4"
+        for line in out.stdout.splitlines():
+            words = line.split()
+            if len(words) > 2 and words[0].isdigit() and words[1] == "of":
+                return int(words[0])
+        return 0
+
+
 def peer(topo: Topology) -> BGPPeer:
     return BGPPeer(
         name=PEER,
@@ -384,13 +404,50 @@ def speaker_rss(
     return out
 
 
+async def bulk_against_bird(topo: Topology, work: Path, routes: int) -> None:
+    """Bare ExaBGP (single routes, 200 in flight) and the driver (4 x 100) to a BIRD peer:
+    the peer lab-notes.md measured bare ExaBGP against."""
+    router = make_router("bird", topo.router, work / "bird")
+    router.start()
+    try:
+        counter = BirdCounter(topo, work / "bird" / "bird.ctl")
+        bare = Bare(topo, work / "bare")
+        await asyncio.to_thread(router.wait_established, 1, 30)
+        await asyncio.sleep(1)
+        took = await bulk_bare(bare, counter, routes)
+        print(f"BIRD peer: bare bulk {routes} (single routes, 200 in flight): {took:.2f} s")
+        bare.close()
+        await counter.wait_empty()
+        await asyncio.sleep(1)
+        async with driver_runtime(topo, work / "drv-bird", window=4, batch=100) as rt:
+            await asyncio.to_thread(router.wait_established, 1, 30)
+            await asyncio.sleep(1)
+            took = await bulk_driver(rt, counter, routes)
+            shape = "4 commands of 100 prefixes in flight"
+            print(f"BIRD peer: driver bulk {routes} ({shape}): {took:.2f} s")
+    finally:
+        router.close()
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", type=int, default=50)
     ap.add_argument("--routes", type=int, default=10000)
+    ap.add_argument(
+        "--bulk-peer",
+        choices=("gobgp", "bird"),
+        default="gobgp",
+        help="bird: measure only the bulk runs, against BIRD (cheaper to poll than GoBGP)",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kube-bgpd-bench-"))
     topo = Topology.create(nodes=1, ipv6=False, client=False)
+    if args.bulk_peer == "bird":
+        try:
+            await bulk_against_bird(topo, work, args.routes)
+        finally:
+            topo.destroy()
+        return
     router = make_router("gobgp", topo.router, work / "gobgp")
     router.start()
     mon = Monitor(topo)
