@@ -106,7 +106,7 @@ def test_cluster_then_local_route_sets_and_spread(
 
 # One router each for the long scenarios (suite time); both where router behaviour differs.
 @pytest.mark.parametrize("router", [pytest.param("frr", id="frr")])
-def test_rolling_restart_of_every_speaker_without_a_failed_request(
+def test_rolling_restart_fails_no_request_outside_ecmp_changes(
     router: str, make_lab: Callable[..., Lab]
 ) -> None:
     """Every speaker stopped (SIGTERM) and started in turn under steady traffic: no request
@@ -200,7 +200,7 @@ def test_router_restart_routes_back(router: str, make_lab: Callable[..., Lab]) -
     lab.router.wait_fib(IP6, nodes(lab, 1, 2, 3, family=6), timeout=30)
 
 
-def test_drain_graceful_shutdown_then_withdrawal_without_a_failed_request(
+def test_drain_then_withdrawal_fails_no_request_outside_the_ecmp_change(
     make_lab: Callable[..., Lab],
 ) -> None:
     lab = make_lab("frr", drain_window=2.0)
