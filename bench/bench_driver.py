@@ -46,6 +46,7 @@ import ipaddress  # noqa: E402
 from bgpd.exabgp.render import render  # noqa: E402
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv  # noqa: E402
 from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, make_router  # noqa: E402
+from bgpd.lab.speakerfiles import node1_cluster_dump, one_peer_config  # noqa: E402
 from bgpd.lab.topology import Topology  # noqa: E402
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes  # noqa: E402
 
@@ -353,16 +354,19 @@ def rss_kb(pid: int) -> int:
 def speaker_rss(
     topo: Topology, work: Path, mon: Counter, counts: list[int]
 ) -> list[tuple[int, int, int, int]]:
-    sys.path.insert(0, str(ROOT / "tests" / "component"))
-    from test_speaker import config_text, dump_text  # the same files the component tests use
-
     out = []
     for n in counts:
         d = work / f"speaker-{n}"
         d.mkdir()
-        (d / "config.yaml").write_text(config_text().replace("10.99.100.0/24", "10.99.0.0/16"))
+        (d / "config.yaml").write_text(
+            one_peer_config(
+                addresses=("10.99.0.0/16",),
+                communities=("65000:1",),
+                speaker={"drainWindow": "2s", "drainOnSigterm": False},
+            )
+        )
         ips = [p.split("/")[0] for p in prefixes(n)]
-        (d / "cluster.yaml").write_text(dump_text(ips))
+        (d / "cluster.yaml").write_text(node1_cluster_dump(ips))
         proc = topo.nodes[0].popen(
             [
                 str(ROOT / ".venv/bin/kube-bgpd"),

@@ -61,8 +61,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -70,7 +68,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_driver import Bare, pct, prefixes, rss_kb  # noqa: E402
 
 from bgpd.lab.apicluster import NetnsApiSimulator, call_in_netns, node_object  # noqa: E402
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, make_router  # noqa: E402
+from bgpd.lab.routers import BirdRouter, make_router  # noqa: E402
+from bgpd.lab.speakerfiles import one_peer_config  # noqa: E402
 from bgpd.lab.topology import Topology  # noqa: E402
 
 API_HOST = "172.31.250.2"  # a secondary router address on br0, as bgpd/lab/lab.py uses
@@ -197,32 +196,9 @@ def endpoint_slice(svc: str, ready: bool) -> dict[str, Any]:
 
 
 def speaker_config(topo: Topology) -> str:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "bench"},
-            "spec": {"addresses": ["10.99.0.0/16"]},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "bench"},
-            "spec": {"ipAddressPools": ["bench"]},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor"},
-            "spec": {
-                "myASN": NODE_ASN,
-                "peerASN": ROUTER_ASN,
-                "peerAddress": str(topo.router_address(4)),
-                "holdTime": "9s",
-            },
-        },
-    ]
-    return yaml.safe_dump_all(docs, sort_keys=False)
+    return one_peer_config(
+        pool="bench", addresses=("10.99.0.0/16",), peer_address=str(topo.router_address(4))
+    )
 
 
 # --------------------------------------------------------------------------- processes

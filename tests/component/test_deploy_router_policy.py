@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from bgpd.lab.routers import BirdRouter, FRRRouter, RouterConfig
+from bgpd.lab.speakerfiles import cluster_list, node_item, service_items
 from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
@@ -82,47 +83,10 @@ def speaker_config() -> str:
 
 
 def cluster_dump(topology: Topology) -> str:
-    items: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": f"node{i}"},
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": str(topology.node_address(i))}]
-            },
-        }
-        for i in (1, 2)
-    ]
+    items = [node_item(f"node{i}", str(topology.node_address(i))) for i in (1, 2)]
     for name, ip in (("web", SERVICE_IP), ("other", OUTSIDE_IP)):
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": name, "namespace": "shop", "uid": f"uid-{name}"},
-                "spec": {
-                    "type": "LoadBalancer",
-                    "externalTrafficPolicy": "Cluster",
-                    "ports": [{"port": 80}],
-                },
-                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
-            }
-        )
-        items.append(
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": f"{name}-a",
-                    "namespace": "shop",
-                    "labels": {"kubernetes.io/service-name": name},
-                },
-                "addressType": "IPv4",
-                "endpoints": [
-                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
-                ],
-            }
-        )
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+        items += service_items(name, ip, uid=f"uid-{name}")
+    return cluster_list(items)
 
 
 @pytest.fixture

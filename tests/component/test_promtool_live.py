@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from k8s_kit import endpoint_slice, lb_service
 from k8s_kit import node as node_object
 
 from bgpd.lab.netns import Netns
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from bgpd.lab.routers import Router
+from bgpd.lab.speakerfiles import cluster_list, one_peer_config
 from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(240)]
@@ -35,38 +35,9 @@ MQTT_PORT = 1883  # a fresh namespace: nothing else listens on its loopback
 
 
 def _config() -> str:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "svc"},
-            "spec": {"addresses": ["10.99.100.0/24"]},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor"},
-            "spec": {
-                "myASN": NODE_ASN,
-                "peerASN": ROUTER_ASN,
-                "peerAddress": "172.31.250.1",
-                "holdTime": "9s",
-            },
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "svc"},
-            "spec": {"ipAddressPools": ["svc"], "communities": ["65000:7"]},
-        },
-        {
-            "apiVersion": "kube-bgpd.io/v1alpha1",
-            "kind": "SpeakerConfig",
-            "metadata": {"name": "speaker"},
-            "spec": {"mqtt": {"host": "127.0.0.1", "port": MQTT_PORT}},
-        },
-    ]
-    return yaml.safe_dump_all(docs)
+    return one_peer_config(
+        communities=("65000:7",), speaker={"mqtt": {"host": "127.0.0.1", "port": MQTT_PORT}}
+    )
 
 
 def _dump(services: dict[str, str]) -> str:
@@ -78,7 +49,7 @@ def _dump(services: dict[str, str]) -> str:
     for name, ip in services.items():
         items.append(lb_service(name, "shop", ips=(ip,)))
         items.append(endpoint_slice(f"{name}-a", name, (("10.0.0.1", "node1", True),), "shop"))
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+    return cluster_list(items)
 
 
 # Runs inside the namespace: print every retained message under kube-bgpd/ as one JSON

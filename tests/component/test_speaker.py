@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from bgpd.lab.netns import process_alive
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from bgpd.lab.routers import Router
+from bgpd.lab.speakerfiles import node1_cluster_dump, one_peer_config
 from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
@@ -39,84 +39,15 @@ def config_text(
     exabgp: str | None = None,
     drain_on_sigterm: bool = False,
 ) -> str:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "svc"},
-            "spec": {"addresses": ["10.99.100.0/24"]},
+    return one_peer_config(
+        communities=(community,),
+        graceful=graceful,
+        speaker={
+            "drainWindow": drain_window,
+            "drainOnSigterm": drain_on_sigterm,
+            **({"exabgpBinary": exabgp} if exabgp else {}),
         },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor"},
-            "spec": {
-                "myASN": NODE_ASN,
-                "peerASN": ROUTER_ASN,
-                "peerAddress": "172.31.250.1",
-                "holdTime": "9s",
-                "enableGracefulRestart": graceful,
-            },
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "svc"},
-            "spec": {"ipAddressPools": ["svc"], "communities": [community]},
-        },
-        {
-            "apiVersion": "kube-bgpd.io/v1alpha1",
-            "kind": "SpeakerConfig",
-            "metadata": {"name": "speaker"},
-            "spec": {
-                "drainWindow": drain_window,
-                "drainOnSigterm": drain_on_sigterm,
-                **({"exabgpBinary": exabgp} if exabgp else {}),
-            },
-        },
-    ]
-    return yaml.safe_dump_all(docs)
-
-
-def dump_text(ips: list[str], node_ip: str = "172.31.250.11") -> str:
-    items: list[dict[str, Any]] = [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": "node1", "labels": {"rack": "r1"}},
-            "status": {"addresses": [{"type": "InternalIP", "address": node_ip}]},
-        }
-    ]
-    for i, ip in enumerate(ips):
-        items.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": {"name": f"web{i}", "namespace": "shop", "uid": f"u{i}"},
-                "spec": {
-                    "type": "LoadBalancer",
-                    "externalTrafficPolicy": "Cluster",
-                    "ports": [{"port": 80}],
-                },
-                "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
-            }
-        )
-        items.append(
-            {
-                "apiVersion": "discovery.k8s.io/v1",
-                "kind": "EndpointSlice",
-                "metadata": {
-                    "name": f"web{i}-a",
-                    "namespace": "shop",
-                    "labels": {"kubernetes.io/service-name": f"web{i}"},
-                },
-                "addressType": "IPv4",
-                "endpoints": [
-                    {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
-                ],
-            }
-        )
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+    )
 
 
 class SpeakerProc:
@@ -218,7 +149,7 @@ def test_speaker_from_cluster_file_status_reload_drain_and_stop(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:
     bird = make_router("bird")
-    sp = speaker(config_text(), dump_text(["10.99.100.5"]))
+    sp = speaker(config_text(), node1_cluster_dump(["10.99.100.5"]))
     rib = bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
     (path,) = rib[net("10.99.100.5/32")]
     assert str(path.next_hop) == "172.31.250.11"
@@ -235,7 +166,7 @@ def test_speaker_from_cluster_file_status_reload_drain_and_stop(
     assert ready.returncode == 0, ready.stdout
 
     # The file changes: a new Service's route appears without a signal.
-    sp.dump.write_text(dump_text(["10.99.100.5", "10.99.100.6"]))
+    sp.dump.write_text(node1_cluster_dump(["10.99.100.5", "10.99.100.6"]))
     bird.wait_rib(lambda r: net("10.99.100.6/32") in r, 20)
     # A bad file keeps the last good snapshot (and the routes), and status says stale.
     sp.dump.write_text("kind: List\nitems: [\n")
@@ -243,7 +174,7 @@ def test_speaker_from_cluster_file_status_reload_drain_and_stop(
     assert net("10.99.100.6/32") in bird.rib()
     # SIGHUP re-reads the config: the community changes at the router.
     sp.config.write_text(config_text(community="65000:2"))
-    sp.dump.write_text(dump_text(["10.99.100.5"]))
+    sp.dump.write_text(node1_cluster_dump(["10.99.100.5"]))
     sp.proc.send_signal(signal.SIGHUP)
     bird.wait_rib(
         lambda r: (
@@ -275,7 +206,9 @@ def test_sigterm_withdraws_before_exit_even_with_graceful_restart(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:
     bird = make_router("bird", graceful_restart=True)
-    sp = speaker(config_text(graceful=True), dump_text([f"10.99.100.{i}" for i in range(1, 101)]))
+    sp = speaker(
+        config_text(graceful=True), node1_cluster_dump([f"10.99.100.{i}" for i in range(1, 101)])
+    )
     bird.wait_rib(lambda r: len(r) == 100, 20)
     exabgp = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)["exabgp"]["pid"]
     sp.proc.send_signal(signal.SIGTERM)
@@ -290,7 +223,7 @@ def test_killed_speaker_takes_exabgp_down(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:
     bird = make_router("bird")
-    sp = speaker(config_text(), dump_text(["10.99.100.5"]))
+    sp = speaker(config_text(), node1_cluster_dump(["10.99.100.5"]))
     bird.wait_rib(lambda r: len(r) == 1, 20)
     exabgp = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)["exabgp"]["pid"]
     sp.proc.kill()
@@ -303,7 +236,7 @@ def test_killed_speaker_takes_exabgp_down(
 
 
 def test_crash_loop_gives_up_with_clear_error(speaker: Callable[..., SpeakerProc]) -> None:
-    sp = speaker(config_text(exabgp="/bin/false"), dump_text(["10.99.100.5"]))
+    sp = speaker(config_text(exabgp="/bin/false"), node1_cluster_dump(["10.99.100.5"]))
     assert sp.proc.wait(60) == 1
     assert "crash_loop" in sp.log_text()
     assert "giving up" in sp.log_text()
@@ -316,7 +249,9 @@ def test_unprivileged_speaker(
     # pytest's tmp dirs sit in a 0700 root dir: the unprivileged speaker gets its own
     # (chowned to it by SpeakerProc).
     with tempfile.TemporaryDirectory(prefix="kube-bgpd-unpriv-") as tmp:
-        sp = speaker(config_text(), dump_text(["10.99.100.5"]), user="65534", tmp=Path(tmp))
+        sp = speaker(
+            config_text(), node1_cluster_dump(["10.99.100.5"]), user="65534", tmp=Path(tmp)
+        )
         try:
             _unprivileged_checks(bird, sp)
         except Exception as exc:
@@ -338,7 +273,9 @@ def test_drain_on_sigterm(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:
     bird = make_router("bird")
-    sp = speaker(config_text(drain_window="2s", drain_on_sigterm=True), dump_text(["10.99.100.5"]))
+    sp = speaker(
+        config_text(drain_window="2s", drain_on_sigterm=True), node1_cluster_dump(["10.99.100.5"])
+    )
     bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
     sp.proc.send_signal(signal.SIGTERM)
     bird.wait_rib(
