@@ -10,7 +10,13 @@ from clusterkit import adv, config, ep, eps, node, peer, pool, selector, svc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bgpd.decision import ANNOTATION_COMMUNITIES, ANNOTATION_MED, EXCLUDE_LB_LABEL, decide
+from bgpd.decision import (
+    ANNOTATION_COMMUNITIES,
+    ANNOTATION_MED,
+    EXCLUDE_LB_LABEL,
+    Decider,
+    decide,
+)
 from bgpd.model import (
     BGPAdvertisement,
     ClusterSnapshot,
@@ -230,3 +236,55 @@ def test_every_route_is_backed_by_an_advertisement(
             assert backing, f"{key} on {route.peer} {route.prefix} has no advertisement"
         if not the_peer.is_ibgp:
             assert route.attributes.local_pref is None
+
+
+Parts = tuple[list[Service], list[EndpointSlice], list[Node]]
+
+
+@st.composite
+def walks(
+    draw: st.DrawFn,
+) -> tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]]:
+    """Configs, cluster states, and steps that each pick a config, a node and a mix of
+    the states' Services and EndpointSlices (later states override objects of the same
+    name), so a step shares frozen objects with earlier ones, as the watcher's snapshots
+    do."""
+    cfgs = draw(st.lists(configs(), min_size=1, max_size=2))
+    states = draw(st.lists(snapshots(), min_size=1, max_size=3))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(cfgs) - 1),
+                st.sampled_from([NODE_NAMES[0]] * 3 + [NODE_NAMES[1]]),
+                st.lists(st.integers(0, len(states) - 1), min_size=1, max_size=3).map(tuple),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    return cfgs, states, steps
+
+
+@settings(max_examples=300, deadline=None)
+@given(walk=walks())
+def test_incremental_decider_equals_decide_at_every_step(
+    walk: tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]],
+) -> None:
+    cfgs, states, steps = walk
+    decider = Decider()
+    built: dict[tuple[int, ...], ClusterSnapshot] = {}
+    for cfg_index, at, mix in steps:
+        if mix not in built:
+            services: dict[str, Service] = {}
+            slices: dict[tuple[str | None, str], EndpointSlice] = {}
+            for index in mix:
+                svcs, eps_, _ = states[index]
+                services.update((s.key, s) for s in svcs)
+                slices.update(((e.service_key, e.name), e) for e in eps_)
+            # The Nodes of the first state, the same objects: a new Node starts afresh,
+            # so only the Service and EndpointSlice mix varies between steps.
+            built[mix] = build_snapshot(services.values(), slices.values(), states[0][2])
+        # The same snapshot object again where a step repeats a mix: identity hits.
+        snapshot = built[mix]
+        cfg = cfgs[cfg_index]
+        assert decider.decide(cfg, snapshot, NodeName(at)) == decide(cfg, snapshot, NodeName(at))
