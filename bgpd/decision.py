@@ -56,6 +56,7 @@ external peers, and dropping it here keeps the decision equal to what goes on th
 
 from __future__ import annotations
 
+import bisect
 import functools
 import ipaddress
 from collections.abc import Iterable, Mapping
@@ -346,8 +347,7 @@ def aggregate(ip: IPAddress, length: int) -> IPNetwork:
 
 
 def route_sort_key(route: Route) -> tuple[str, int, int, int]:
-    p = route.prefix
-    return (route.peer, p.version, int(p.network_address), p.prefixlen)
+    return _target_key(route.peer, route.prefix)
 
 
 def skip_sort_key(skip: Skip) -> tuple[str, int, int, str, str]:
@@ -490,6 +490,10 @@ class _Memo:
     part: _Part
 
 
+_RouteKey = tuple[str, int, int, int]
+_SkipKey = tuple[str, int, int, str, str]
+
+
 class Decider:
     """decide() made incremental: the same Decision for the same inputs (a property test
     checks it step by step), at a cost close to the number of changed Services.
@@ -497,18 +501,29 @@ class Decider:
     It memoises each Service's part keyed by its inputs (the Service object and its
     EndpointSlices, by identity, else by equality; the watcher's snapshots reuse the
     frozen objects that did not change) and keeps the merged routes per (peer, prefix),
-    rebuilding only the routes a changed Service touched. A different config, node name
-    or Node object starts from scratch. State, but no I/O, no logging, no clock."""
+    rebuilding only the routes a changed Service touched. Routes and skips stay in
+    sorted lists updated by bisection, so no pass sorts everything again. A different
+    config, node name or Node object starts from scratch. State, but no I/O, no
+    logging, no clock."""
 
     def __init__(self) -> None:
         self._key: tuple[Config, NodeName, Node | None] | None = None
-        self._ctx: _Context | None = None
+        self._reset(None)
+
+    def _reset(self, ctx: _Context | None) -> None:
+        self._ctx = ctx
         self._memo: dict[ServiceKey, _Memo] = {}
-        #: (peer, prefix) -> the Services contributing to it, with their contributions.
-        self._groups: dict[tuple[PeerName, IPNetwork], dict[ServiceKey, list[_Contribution]]] = {}
-        self._routes: dict[tuple[PeerName, IPNetwork], Route] = {}
-        self._sorted_routes: tuple[Route, ...] | None = None
-        self._sorted_skips: tuple[Skip, ...] | None = None
+        #: route_sort_key of (peer, prefix) -> contributing Services and contributions.
+        self._groups: dict[_RouteKey, dict[ServiceKey, list[_Contribution]]] = {}
+        self._routes: dict[_RouteKey, Route] = {}
+        self._route_order: list[_RouteKey] = []
+        #: skip_sort_key -> Skip and how many Services hold it (equal keys: equal Skips).
+        self._skips: dict[_SkipKey, tuple[Skip, int]] = {}
+        self._skip_order: list[_SkipKey] = []
+        #: Counts skip insertions and removals: the skipped tuple is rebuilt on a change.
+        self._skip_version = 0
+        self._sorted_routes: tuple[Route, ...] = ()
+        self._sorted_skips: tuple[Skip, ...] = ()
 
     def _same_context(self, config: Config, node: NodeName, node_obj: Node | None) -> bool:
         if self._key is None:
@@ -522,24 +537,18 @@ class Decider:
 
     def decide(self, config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decision:
         node_obj = snapshot.nodes.get(node)
-        if not self._same_context(config, node, node_obj) or self._ctx is None:
+        if self._ctx is None or not self._same_context(config, node, node_obj):
             self._key = (config, node, node_obj)
-            self._ctx = _context(config, node_obj, node)
-            self._memo = {}
-            self._groups = {}
-            self._routes = {}
-            self._sorted_routes = None
-            self._sorted_skips = None
+            self._reset(_context(config, node_obj, node))
         ctx = self._ctx
+        assert ctx is not None
         memo = self._memo
         services = snapshot.services
         all_slices = snapshot.endpoint_slices
-        dirty: set[tuple[PeerName, IPNetwork]] = set()
-        skips_changed = False
+        dirty: set[_RouteKey] = set()
+        skip_version = self._skip_version
         for gone in memo.keys() - services.keys():
-            old = memo.pop(gone)
-            skips_changed = skips_changed or bool(old.part.skips)
-            self._drop(gone, old.part, dirty)
+            self._remove(gone, memo.pop(gone).part, dirty)
         for key, svc in services.items():
             slices = all_slices.get(key, ())
             held = memo.get(key)
@@ -553,47 +562,69 @@ class Decider:
                 continue
             part = _service_part(ctx, svc, slices)
             if held is not None:
+                held.service, held.slices = svc, slices
                 if held.part == part:
-                    held.service, held.slices = svc, slices
                     continue
-                self._drop(key, held.part, dirty)
-                skips_changed = skips_changed or bool(held.part.skips)
-            memo[key] = _Memo(svc, slices, part)
-            skips_changed = skips_changed or bool(part.skips)
-            for contribution in part.contributions:
-                target = (contribution[0], contribution[1])
-                self._groups.setdefault(target, {}).setdefault(key, []).append(contribution)
-                dirty.add(target)
-        keys_changed = False
+                self._remove(key, held.part, dirty)
+                held.part = part
+            else:
+                memo[key] = _Memo(svc, slices, part)
+            self._add(key, part, dirty)
+        self._rebuild(dirty)
+        if dirty:
+            self._sorted_routes = tuple(map(self._routes.__getitem__, self._route_order))
+        if self._skip_version != skip_version:
+            self._sorted_skips = tuple(self._skips[k][0] for k in self._skip_order)
+        return Decision(node=node, routes=self._sorted_routes, skipped=self._sorted_skips)
+
+    def _add(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
+        for skip in part.skips:
+            sk = skip_sort_key(skip)
+            held = self._skips.get(sk)
+            self._skips[sk] = (skip, 1 if held is None else held[1] + 1)
+            bisect.insort(self._skip_order, sk)
+            self._skip_version += 1
+        for contribution in part.contributions:
+            target = _target_key(contribution[0], contribution[1])
+            self._groups.setdefault(target, {}).setdefault(key, []).append(contribution)
+            dirty.add(target)
+
+    def _remove(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
+        for skip in part.skips:
+            sk = skip_sort_key(skip)
+            del self._skip_order[bisect.bisect_left(self._skip_order, sk)]
+            held, count = self._skips[sk]
+            if count == 1:
+                del self._skips[sk]
+            else:
+                self._skips[sk] = (held, count - 1)
+            self._skip_version += 1
+        for peer_name, prefix, *_ in part.contributions:
+            target = _target_key(peer_name, prefix)
+            group = self._groups.get(target)
+            if group is not None:
+                group.pop(key, None)
+            dirty.add(target)
+
+    def _rebuild(self, dirty: set[_RouteKey]) -> None:
+        """Merge again the routes whose contributions changed; keep the order sorted."""
         for target in dirty:
             group = self._groups.get(target)
             if not group:
                 self._groups.pop(target, None)
-                keys_changed = self._routes.pop(target, None) is not None or keys_changed
+                if self._routes.pop(target, None) is not None:
+                    del self._route_order[bisect.bisect_left(self._route_order, target)]
                 continue
             merged = _Merged()
             for service, contributions in group.items():
                 for _, _, adv, peer, wanted in contributions:
                     merged.add(service, adv, peer, wanted)
-            keys_changed = keys_changed or target not in self._routes
-            self._routes[target] = merged.route(*target)
-        if self._sorted_routes is None or dirty:
-            # Re-sorting only when routes appeared or went; otherwise the order stands.
-            if keys_changed or self._sorted_routes is None:
-                self._sorted_routes = tuple(sorted(self._routes.values(), key=route_sort_key))
-            else:
-                routes = self._routes
-                self._sorted_routes = tuple(routes[(r.peer, r.prefix)] for r in self._sorted_routes)
-        if self._sorted_skips is None or skips_changed:
-            self._sorted_skips = tuple(
-                sorted((s for m in memo.values() for s in m.part.skips), key=skip_sort_key)
-            )
-        return Decision(node=node, routes=self._sorted_routes, skipped=self._sorted_skips)
+            if target not in self._routes:
+                bisect.insort(self._route_order, target)
+            peer_name, prefix, *_ = next(iter(group.values()))[0]
+            self._routes[target] = merged.route(peer_name, prefix)
 
-    def _drop(self, key: ServiceKey, part: _Part, dirty: set[tuple[PeerName, IPNetwork]]) -> None:
-        for peer_name, prefix, *_ in part.contributions:
-            target = (peer_name, prefix)
-            group = self._groups.get(target)
-            if group is not None:
-                group.pop(key, None)
-            dirty.add(target)
+
+def _target_key(peer: PeerName, prefix: IPNetwork) -> _RouteKey:
+    """route_sort_key of the route at (peer, prefix): unique per route."""
+    return (peer, prefix.version, int(prefix.network_address), prefix.prefixlen)
