@@ -490,7 +490,7 @@ class _Memo:
     part: _Part
 
 
-_RouteKey = tuple[str, int, int, int]
+_RouteKey = tuple[PeerName, int, int, int]
 _SkipKey = tuple[str, int, int, str, str]
 
 
@@ -517,6 +517,9 @@ class Decider:
         self._groups: dict[_RouteKey, dict[ServiceKey, list[_Contribution]]] = {}
         self._routes: dict[_RouteKey, Route] = {}
         self._route_order: list[_RouteKey] = []
+        #: What desired() returns, and the prefix of each route key.
+        self._by_peer: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        self._prefixes: dict[_RouteKey, IPNetwork] = {}
         #: skip_sort_key -> Skip and how many Services hold it (equal keys: equal Skips).
         self._skips: dict[_SkipKey, tuple[Skip, int]] = {}
         self._skip_order: list[_SkipKey] = []
@@ -614,6 +617,10 @@ class Decider:
                 self._groups.pop(target, None)
                 if self._routes.pop(target, None) is not None:
                     del self._route_order[bisect.bisect_left(self._route_order, target)]
+                    peer_routes = self._by_peer[target[0]]
+                    del peer_routes[self._prefixes.pop(target)]
+                    if not peer_routes:
+                        del self._by_peer[target[0]]
                 continue
             merged = _Merged()
             for service, contributions in group.items():
@@ -622,7 +629,14 @@ class Decider:
             if target not in self._routes:
                 bisect.insort(self._route_order, target)
             peer_name, prefix, *_ = next(iter(group.values()))[0]
-            self._routes[target] = merged.route(peer_name, prefix)
+            route = self._routes[target] = merged.route(peer_name, prefix)
+            self._prefixes[target] = prefix
+            self._by_peer.setdefault(peer_name, {})[prefix] = route.attributes
+
+    def desired(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
+        """The last Decision's by_peer(), kept up to date per route rather than rebuilt
+        from all routes (a fresh copy: C-speed dictionary copies)."""
+        return {peer: dict(routes) for peer, routes in self._by_peer.items()}
 
 
 def _target_key(peer: PeerName, prefix: IPNetwork) -> _RouteKey:

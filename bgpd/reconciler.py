@@ -124,7 +124,7 @@ class Reconciler:
         decision = self._decider.decide(self.config, snapshot, self.node)
         if self.before_apply is not None:
             self.before_apply(self.config, snapshot, decision)
-        self.sink.apply(decision.by_peer())
+        self.sink.apply(self._decider.desired())
         self.last_snapshot = snapshot
         self.last_decision = decision
         self.decisions += 1

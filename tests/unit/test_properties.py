@@ -294,7 +294,9 @@ def test_incremental_decider_equals_decide_at_every_step(
         # The same snapshot object again where a step repeats a mix: identity hits.
         snapshot = built[mix]
         cfg = cfgs[cfg_index]
-        assert decider.decide(cfg, snapshot, NodeName(at)) == decide(cfg, snapshot, NodeName(at))
+        expected = decide(cfg, snapshot, NodeName(at))
+        assert decider.decide(cfg, snapshot, NodeName(at)) == expected
+        assert decider.desired() == expected.by_peer()
 
 
 class _Collector(EventRecorder):

@@ -35,7 +35,9 @@ def state(snapshot: ClusterSnapshot) -> tuple[RouteSet, SkipSet]:
     skips: SkipSet = set()
     for n in NODES:
         d = decide(CFG, snapshot, NodeName(n))
-        assert DECIDERS.setdefault(n, Decider()).decide(CFG, snapshot, NodeName(n)) == d
+        decider = DECIDERS.setdefault(n, Decider())
+        assert decider.decide(CFG, snapshot, NodeName(n)) == d
+        assert decider.desired() == d.by_peer()
         for r in d.routes:
             assert r.attributes.communities == ("65000:100",)
             routes.add((n, r.peer, str(r.prefix), r.services))
