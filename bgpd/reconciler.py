@@ -3,11 +3,12 @@
     wait_changed -> (debounce) -> snapshot -> decide -> sink.apply
 
 Level-triggered: a change only says "look again"; every pass decides from the whole
-snapshot, so missed or coalesced events cannot leave a wrong route behind. Gated on
-sync: no decision before the source finished its first list, and none while it is stale
-(watch broken, API unreachable, bad cluster file), because a half-filled or outdated
-cache would withdraw live routes; the last applied set stays in place meanwhile
-(MetalLB's initial-load rule, kopf's LISTED marker).
+snapshot (bgpd.decision.Decider recomputes only the Services whose objects changed and
+gives exactly decide()'s answer), so missed or coalesced events cannot leave a wrong
+route behind. Gated on sync: no decision before the source finished its first list,
+and none while it is stale (watch broken, API unreachable, bad cluster file), because
+a half-filled or outdated cache would withdraw live routes; the last applied set stays
+in place meanwhile (MetalLB's initial-load rule, kopf's LISTED marker).
 
 Public API (the Kubernetes watcher implements SnapshotSource against it):
 
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from bgpd.decision import decide
+from bgpd.decision import Decider
 from bgpd.logs import log
 from bgpd.model import ClusterSnapshot, Config, Decision, DesiredRoutes, NodeName
 
@@ -95,6 +96,8 @@ class Reconciler:
         self.skipped_stale = 0
         self._kicked = asyncio.Event()
         self._kicked_at: float | None = None
+        #: decide() made incremental: a pass costs about the Services that changed.
+        self._decider = Decider()
 
     def set_config(self, config: Config) -> None:
         self.config = config
@@ -118,10 +121,10 @@ class Reconciler:
             return None
         started = time.monotonic()
         snapshot = self.source.snapshot()
-        decision = decide(self.config, snapshot, self.node)
+        decision = self._decider.decide(self.config, snapshot, self.node)
         if self.before_apply is not None:
             self.before_apply(self.config, snapshot, decision)
-        self.sink.apply(decision.by_peer())
+        self.sink.apply(self._decider.desired())
         self.last_snapshot = snapshot
         self.last_decision = decision
         self.decisions += 1

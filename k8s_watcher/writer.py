@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any
 
 from bgpd.logs import log
-from bgpd.model import Decision, IPAddress, NodeName, Service, ServiceKey, SkipReason
+from bgpd.model import Decision, IPAddress, NodeName, Route, Service, ServiceKey, SkipReason
 from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path
 from k8s_watcher.errors import KubernetesError, NotFound
 
@@ -310,15 +310,31 @@ REASON_NOT_ANNOUNCING = "nodeUnassigned"
 _EMPTY_SERVICES: Mapping[ServiceKey, Service] = MappingProxyType({})
 
 
-def announced_services(decision: Decision | None) -> dict[ServiceKey, set[str]]:
-    """Service -> names of the peers this node announces at least one of its IPs to."""
-    out: dict[ServiceKey, set[str]] = {}
-    if decision is None:
-        return out
-    for route in decision.routes:
+def _route_counts(decision: Decision | None) -> dict[ServiceKey, dict[str, int]]:
+    """Service -> peer -> how many routes carry it to that peer."""
+    out: dict[ServiceKey, dict[str, int]] = {}
+    for route in decision.routes if decision is not None else ():
         for key in route.services:
-            out.setdefault(key, set()).add(route.peer)
+            peers = out.setdefault(key, {})
+            peers[route.peer] = peers.get(route.peer, 0) + 1
     return out
+
+
+def _changed_routes(old: Decision | None, new: Decision) -> tuple[list[Route], list[Route]]:
+    """(routes only in old, routes only in new), by object identity: the speaker's
+    incremental decider hands the same Route objects on for routes that did not change,
+    so this is C-speed set work on ids; equal routes that are different objects count as
+    removed and added, which nets out in the counts."""
+    before = old.routes if old is not None else ()
+    after = new.routes
+    if before is after:
+        return [], []
+    old_ids = dict(zip(map(id, before), before, strict=True))
+    new_ids = dict(zip(map(id, after), after, strict=True))
+    return (
+        [old_ids[i] for i in old_ids.keys() - new_ids.keys()],
+        [new_ids[i] for i in new_ids.keys() - old_ids.keys()],
+    )
 
 
 def skip_reason(decision: Decision, key: ServiceKey) -> tuple[SkipReason | None, str]:
@@ -342,6 +358,10 @@ class AnnouncementEvents:
     def __init__(self, recorder: EventRecorder, node: NodeName) -> None:
         self._recorder = recorder
         self._node = node
+        #: The last `new` observed and, for it, Service -> peer -> routes announced: the
+        #: next call starting from that decision only looks at the routes that changed.
+        self._last: Decision | None = None
+        self._counts: dict[ServiceKey, dict[str, int]] = {}
 
     def observe(
         self,
@@ -349,20 +369,38 @@ class AnnouncementEvents:
         new: Decision,
         services: Mapping[ServiceKey, Service] = _EMPTY_SERVICES,
     ) -> None:
-        before = announced_services(old)
-        after = announced_services(new)
-        for key in sorted(after.keys() - before.keys()):
+        if old is None or old is not self._last:
+            self._counts = _route_counts(old)
+        counts = self._counts
+        removed, added = _changed_routes(old, new)
+        was: dict[ServiceKey, bool] = {}
+        for route in removed:
+            for key in route.services:
+                was.setdefault(key, True)
+                peers = counts[key]
+                peers[route.peer] -= 1
+                if not peers[route.peer]:
+                    del peers[route.peer]
+                    if not peers:
+                        del counts[key]
+        for route in added:
+            for key in route.services:
+                peers = counts.setdefault(key, {})
+                was.setdefault(key, bool(peers))
+                peers[route.peer] = peers.get(route.peer, 0) + 1
+        self._last = new
+        for key in sorted(k for k, present in was.items() if not present and k in counts):
             service = services.get(key)
             if service is None:
                 continue
-            peers = ", ".join(sorted(after[key]))
+            peers_text = ", ".join(sorted(counts[key]))
             self._recorder.record(
                 ObjectRef.service(service),
                 EventType.NORMAL,
                 REASON_ANNOUNCING,
-                f"announcing from node {self._node!r} to peers {peers}",
+                f"announcing from node {self._node!r} to peers {peers_text}",
             )
-        for key in sorted(before.keys() - after.keys()):
+        for key in sorted(k for k, present in was.items() if present and k not in counts):
             service = services.get(key)
             if service is None:
                 continue

@@ -19,6 +19,7 @@ clock, no logging: table-tested in tests/unit/test_plan.py.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -138,6 +139,20 @@ def eor_command(peer: PeerName, selector: str, family: str) -> Command:
     )
 
 
+def delta(
+    have: Mapping[IPNetwork, RouteAttributes], want: Mapping[IPNetwork, RouteAttributes]
+) -> tuple[dict[IPNetwork, RouteAttributes], set[IPNetwork]]:
+    """(routes to announce: new or changed, prefixes to withdraw) from `have` to `want`.
+
+    Dictionary equality and set-from-dict work in C on the stored hashes (an IPv4Network
+    hashes in Python), so a pass over 10,000 routes that changed one costs milliseconds
+    and an unchanged peer almost nothing; neither result is ordered."""
+    if have == want:
+        return {}, set()
+    todo = dict(itertools.filterfalse(have.items().__contains__, want.items()))
+    return todo, set(have).difference(want)
+
+
 def plan(
     acknowledged: DesiredRoutes,
     desired: DesiredRoutes,
@@ -155,10 +170,10 @@ def plan(
         selector = selectors[peer]
         have = acknowledged.get(peer, {})
         want = desired.get(peer, {})
-        todo = {p: a for p, a in want.items() if have.get(p) != a}
+        todo, gone = delta(have, want)
         if todo:
             announces += announce_commands(peer, selector, todo, batch=batch)
-        gone = [p for p in have if p not in want]
+        gone = set(have).difference(want)
         if gone:
             withdraws += withdraw_commands(peer, selector, gone, batch=batch)
     return announces + withdraws

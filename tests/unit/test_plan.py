@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from bgpd.exabgp.plan import CommandKind, attribute_text, drained, eor_command, plan
+from bgpd.exabgp.plan import CommandKind, attribute_text, delta, drained, eor_command, plan
 from bgpd.model import IPNetwork, PeerName, RouteAttributes
 
 A = PeerName("a")
@@ -145,3 +145,27 @@ def test_drained(attrs: RouteAttributes, ibgp: bool, expected: RouteAttributes) 
 
 def test_attribute_text_minimal() -> None:
     assert attribute_text(PLAIN) == "next-hop self"
+
+
+X = net("10.99.0.1/32")
+Y = net("10.99.0.2/32")
+
+
+@pytest.mark.parametrize(
+    ("have", "want", "todo", "gone"),
+    [
+        pytest.param({X: PLAIN}, {X: PLAIN}, {}, set(), id="equal"),
+        pytest.param({X: PLAIN}, {X: COMM}, {X: COMM}, set(), id="attributes-changed"),
+        pytest.param({X: PLAIN}, {X: RouteAttributes()}, {}, set(), id="equal-value-other-object"),
+        pytest.param({X: PLAIN}, {X: PLAIN, Y: COMM}, {Y: COMM}, set(), id="new-prefix"),
+        pytest.param({X: PLAIN, Y: COMM}, {Y: COMM}, {}, {X}, id="prefix-gone"),
+        pytest.param({X: PLAIN}, {Y: PLAIN}, {Y: PLAIN}, {X}, id="replaced"),
+    ],
+)
+def test_delta(
+    have: dict[IPNetwork, RouteAttributes],
+    want: dict[IPNetwork, RouteAttributes],
+    todo: dict[IPNetwork, RouteAttributes],
+    gone: set[IPNetwork],
+) -> None:
+    assert delta(have, want) == (todo, gone)

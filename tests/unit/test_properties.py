@@ -10,11 +10,18 @@ from clusterkit import adv, config, ep, eps, node, peer, pool, selector, svc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bgpd.decision import ANNOTATION_COMMUNITIES, ANNOTATION_MED, EXCLUDE_LB_LABEL, decide
+from bgpd.decision import (
+    ANNOTATION_COMMUNITIES,
+    ANNOTATION_MED,
+    EXCLUDE_LB_LABEL,
+    Decider,
+    decide,
+)
 from bgpd.model import (
     BGPAdvertisement,
     ClusterSnapshot,
     Config,
+    Decision,
     EndpointSlice,
     Node,
     NodeName,
@@ -22,6 +29,7 @@ from bgpd.model import (
     selectors_match,
 )
 from bgpd.objects import build_snapshot
+from k8s_watcher.writer import AnnouncementEvents, EventRecorder, EventType, ObjectRef
 
 POOLS = [
     pool("a", "198.51.100.0/28", labels={"tier": "web"}),
@@ -230,3 +238,128 @@ def test_every_route_is_backed_by_an_advertisement(
             assert backing, f"{key} on {route.peer} {route.prefix} has no advertisement"
         if not the_peer.is_ibgp:
             assert route.attributes.local_pref is None
+
+
+Parts = tuple[list[Service], list[EndpointSlice], list[Node]]
+
+
+@st.composite
+def walks(
+    draw: st.DrawFn,
+) -> tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]]:
+    """Configs, cluster states, and steps that each pick a config, a node and a mix of
+    the states' Services and EndpointSlices (later states override objects of the same
+    name), so a step shares frozen objects with earlier ones, as the watcher's snapshots
+    do."""
+    cfgs = draw(st.lists(configs(), min_size=1, max_size=2))
+    states = draw(st.lists(snapshots(), min_size=1, max_size=3))
+    steps = draw(
+        st.lists(
+            st.tuples(
+                st.integers(0, len(cfgs) - 1),
+                st.sampled_from([NODE_NAMES[0]] * 3 + [NODE_NAMES[1]]),
+                st.lists(st.integers(0, len(states) - 1), min_size=1, max_size=3).map(tuple),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    return cfgs, states, steps
+
+
+def _mixed(states: list[Parts], mix: tuple[int, ...]) -> ClusterSnapshot:
+    """The Services and EndpointSlices of the states in `mix` (later ones override), with
+    the Nodes of the first state, the same objects: a new Node starts the Decider
+    afresh, so only the Service and EndpointSlice mix varies between steps."""
+    services: dict[str, Service] = {}
+    slices: dict[tuple[str | None, str], EndpointSlice] = {}
+    for index in mix:
+        svcs, eps_, _ = states[index]
+        services.update((s.key, s) for s in svcs)
+        slices.update(((e.service_key, e.name), e) for e in eps_)
+    return build_snapshot(services.values(), slices.values(), states[0][2])
+
+
+@settings(max_examples=300, deadline=None)
+@given(walk=walks())
+def test_incremental_decider_equals_decide_at_every_step(
+    walk: tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]],
+) -> None:
+    cfgs, states, steps = walk
+    decider = Decider()
+    built: dict[tuple[int, ...], ClusterSnapshot] = {}
+    for cfg_index, at, mix in steps:
+        if mix not in built:
+            built[mix] = _mixed(states, mix)
+        # The same snapshot object again where a step repeats a mix: identity hits.
+        snapshot = built[mix]
+        cfg = cfgs[cfg_index]
+        expected = decide(cfg, snapshot, NodeName(at))
+        assert decider.decide(cfg, snapshot, NodeName(at)) == expected
+        assert decider.desired() == expected.by_peer()
+
+
+class _Collector(EventRecorder):
+    """Keeps what AnnouncementEvents records, instead of queueing it for the API."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, str]] = []
+
+    def record(self, ref: ObjectRef, type_: EventType, reason: str, message: str) -> bool:
+        self.seen.append((ref.name, reason, message))
+        return True
+
+
+def _expected_events(old: Decision | None, new: Decision) -> list[tuple[str, str, str]]:
+    """The Events by their definition: Services announced to some peer now and not
+    before, then those announced before and not now, each sorted."""
+
+    def announced(d: Decision | None) -> dict[str, set[str]]:
+        out: dict[str, set[str]] = {}
+        for r in d.routes if d is not None else ():
+            for key in r.services:
+                out.setdefault(key, set()).add(r.peer)
+        return out
+
+    before, after = announced(old), announced(new)
+    events = [
+        ("s" + key.split("/s")[1], "nodeAssigned", ", ".join(sorted(after[key])))
+        for key in sorted(after.keys() - before.keys())
+    ]
+    events += [
+        ("s" + key.split("/s")[1], "nodeUnassigned", "")
+        for key in sorted(before.keys() - after.keys())
+    ]
+    return events
+
+
+@settings(max_examples=200, deadline=None)
+@given(walk=walks())
+def test_announcement_events_follow_the_decisions(
+    walk: tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]],
+) -> None:
+    """Fed the Decider's decisions (routes shared between steps) one after another, the
+    incremental AnnouncementEvents records exactly the transitions of announced
+    Services; so does one fed plain decide()'s (all routes new objects)."""
+    cfgs, states, steps = walk
+    decider = Decider()
+    collectors = (_Collector(), _Collector())
+    events = tuple(AnnouncementEvents(c, NodeName("n1")) for c in collectors)
+    previous: list[Decision | None] = [None, None]
+    everything = {s.key: s for parts in states for s in parts[0]}
+    for cfg_index, _, mix in steps:
+        snapshot = _mixed(states, mix)
+        cfg = cfgs[cfg_index]
+        made = (
+            decider.decide(cfg, snapshot, NodeName("n1")),
+            decide(cfg, snapshot, NodeName("n1")),
+        )
+        for i in range(2):
+            before = len(collectors[i].seen)
+            events[i].observe(previous[i], made[i], everything)
+            got = [
+                (name, reason, message.split("to peers ")[1] if "to peers" in message else "")
+                for name, reason, message in collectors[i].seen[before:]
+            ]
+            assert got == _expected_events(previous[i], made[i])
+            previous[i] = made[i]

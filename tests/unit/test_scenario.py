@@ -8,7 +8,7 @@ import dataclasses
 
 from clusterkit import adv, cluster, config, ep, eps, node, peer, pool, svc
 
-from bgpd.decision import EXCLUDE_LB_LABEL, decide
+from bgpd.decision import EXCLUDE_LB_LABEL, Decider, decide
 from bgpd.model import ClusterSnapshot, EndpointSlice, NodeName, Service, TrafficPolicy
 
 CFG = config(
@@ -19,6 +19,10 @@ CFG = config(
 NODES = ("n1", "n2", "n3")
 WEB = "shop/web"
 API = "shop/api"
+
+#: One incremental Decider per node, carried through the walk: after every step it must
+#: give exactly the Decision plain decide() gives.
+DECIDERS: dict[str, Decider] = {}
 
 RouteSet = set[tuple[str, str, str, tuple[str, ...]]]
 SkipSet = set[tuple[str, str, str]]
@@ -31,6 +35,9 @@ def state(snapshot: ClusterSnapshot) -> tuple[RouteSet, SkipSet]:
     skips: SkipSet = set()
     for n in NODES:
         d = decide(CFG, snapshot, NodeName(n))
+        decider = DECIDERS.setdefault(n, Decider())
+        assert decider.decide(CFG, snapshot, NodeName(n)) == d
+        assert decider.desired() == d.by_peer()
         for r in d.routes:
             assert r.attributes.communities == ("65000:100",)
             routes.add((n, r.peer, str(r.prefix), r.services))
