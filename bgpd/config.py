@@ -785,20 +785,10 @@ _PEER_V1BETA2_FIELDS: Final = (
     "bfdProfile",
 )
 #: The older metallb.io/v1beta1 BGPPeer has a subset of the fields (same meaning).
-_PEER_V1BETA1_FIELDS: Final = (
-    "myASN",
-    "peerASN",
-    "peerAddress",
-    "peerPort",
-    "sourceAddress",
-    "routerID",
-    "holdTime",
-    "keepaliveTime",
-    "password",
-    "passwordFile",
-    "ebgpMultiHop",
-    "nodeSelectors",
-    "bfdProfile",
+_PEER_V1BETA1_FIELDS: Final = tuple(
+    f
+    for f in _PEER_V1BETA2_FIELDS
+    if f not in {"enableGracefulRestart", "connectTime", "passwordSecret"}
 )
 _PEER_UNSUPPORTED: Final = {
     "dynamicASN": "kube-bgpd needs an explicit peerASN (an ExaBGP neighbor has one peer-as)",
