@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bgpd.exabgp.driver import ExaBGPDriver
+from bgpd.exabgp.launch import ASYNC_STEPS
 from bgpd.exabgp.render import Rendering, render_env
 from bgpd.exabgp.supervisor import Supervisor
 from bgpd.model import NodeName
@@ -38,12 +39,13 @@ def helper_argv() -> list[str]:
 
 
 def exabgp_argv(binary: str) -> list[str]:
-    """How to start ExaBGP. The default ``exabgp`` runs as ``<this python> -m exabgp``
-    when the package is importable: no dependence on PATH or on a script's shebang (an
-    unprivileged user may not be able to exec the interpreter a shebang names). Any
-    other value is a binary (a path, or a name on PATH)."""
+    """How to start ExaBGP. The default ``exabgp`` runs as ``<this python> -m
+    bgpd.exabgp.launch`` when the package is importable: ExaBGP with its verified per-route
+    copy made cheaper (see launch.py), and no dependence on PATH or on a script's shebang
+    (an unprivileged user may not be able to exec the interpreter a shebang names). Any
+    other value is a binary (a path, or a name on PATH), run as it is."""
     if binary == "exabgp" and importlib.util.find_spec("exabgp") is not None:
-        return [sys.executable, "-m", "exabgp"]
+        return [sys.executable, "-m", "bgpd.exabgp.launch"]
     if os.sep in binary:
         return [binary]
     return [shutil.which(binary) or binary]
@@ -66,6 +68,11 @@ class ExaBGPRuntime:
         crash_window: float = 60.0,
         listen: bool = False,
     ) -> None:
+        if window * (batch + 1) > ASYNC_STEPS:
+            # More queued work than ExaBGP's reactor runs per turn (see launch.py).
+            raise ValueError(
+                f"window {window} x batch {batch} exceeds ExaBGP's {ASYNC_STEPS} steps a turn"
+            )
         self.work_dir = work_dir
         work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.config_path = work_dir / CONFIG_NAME
