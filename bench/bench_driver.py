@@ -410,9 +410,24 @@ def speaker_rss(
     return out
 
 
-async def bulk_against_bird(topo: Topology, work: Path, routes: int) -> None:
-    """Bare ExaBGP (single routes, 200 in flight) and the driver (4 x 100) to a BIRD peer:
-    the peer lab-notes.md measured bare ExaBGP against."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process so far (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def summary(label: str, runs: list[tuple[float, float]]) -> None:
+    """One line per variant: every run's time (and ExaBGP's CPU), then the median."""
+    each = ", ".join(f"{t:.2f} s (ExaBGP CPU {c:.2f} s)" for t, c in runs)
+    median = statistics.median(t for t, _ in runs)
+    print(f"BIRD peer: {label}: median {median:.2f} s; runs: {each}", flush=True)
+
+
+async def bulk_against_bird(topo: Topology, work: Path, routes: int, repeat: int) -> None:
+    """Bare ExaBGP (single routes, 200 in flight), the driver (4 x 100) and the driver with
+    ExaBGP's own entry point, to a BIRD peer (the peer lab-notes.md measured bare ExaBGP
+    against); each ``repeat`` times on the same session: all routes in, all out, again."""
+    print(f"load average at start: {os.getloadavg()}", flush=True)
     router = make_router("bird", topo.router, work / "bird")
     router.start()
     try:
@@ -420,28 +435,42 @@ async def bulk_against_bird(topo: Topology, work: Path, routes: int) -> None:
         bare = Bare(topo, work / "bare")
         await asyncio.to_thread(router.wait_established, 1, 30)
         await asyncio.sleep(1)
-        took = await bulk_bare(bare, counter, routes)
-        print(f"BIRD peer: bare bulk {routes} (single routes, 200 in flight): {took:.2f} s")
+        runs = []
+        for _ in range(repeat):
+            before = cpu_seconds(bare.proc.pid)
+            took = await bulk_bare(bare, counter, routes)
+            runs.append((took, cpu_seconds(bare.proc.pid) - before))
+            bare.send([f"withdraw route {p}" for p in prefixes(routes, base=20000)])
+            await counter.wait_empty()
+        summary(f"bare ExaBGP, {routes} single-route commands, 200 in flight", runs)
         bare.close()
         await counter.wait_empty()
-        await asyncio.sleep(1)
-        async with driver_runtime(topo, work / "drv-bird", window=4, batch=100) as rt:
-            await asyncio.to_thread(router.wait_established, 1, 30)
-            await asyncio.sleep(1)
-            took = await bulk_driver(rt, counter, routes)
-            shape = "4 commands of 100 prefixes in flight"
-            print(f"BIRD peer: driver bulk {routes} ({shape}): {took:.2f} s")
-        await counter.wait_empty()
-        # The same driver with ExaBGP's own entry point (no launch.py changes), to show
-        # what the launcher's two changes are worth.
+        # The driver through launch.py (the default), then with ExaBGP's own entry point
+        # (a path runs as it is) to show what the launcher's two changes are worth.
         stock = str(Path(sys.executable).with_name("exabgp"))
-        async with driver_runtime(topo, work / "drv-stock", exabgp_binary=stock) as rt:
-            await asyncio.to_thread(router.wait_established, 1, 30)
+        nets = [ipaddress.ip_network(p) for p in prefixes(routes)]
+        for label, binary in (("launcher", "exabgp"), ("stock ExaBGP", stock)):
             await asyncio.sleep(1)
-            took = await bulk_driver(rt, counter, routes)
-            print(f"BIRD peer: driver bulk {routes} ({shape}), stock ExaBGP: {took:.2f} s")
+            drv = work / f"drv-{binary.replace('/', '_')}"
+            async with driver_runtime(topo, drv, exabgp_binary=binary) as rt:
+                await asyncio.to_thread(router.wait_established, 1, 30)
+                await asyncio.sleep(1)
+                runs = []
+                for _ in range(repeat):
+                    pid = rt.supervisor.pid
+                    assert pid is not None
+                    before = cpu_seconds(pid)
+                    t0 = time.monotonic()
+                    rt.driver.apply({PEER: dict.fromkeys(nets, RouteAttributes())})
+                    last = await counter.wait_count(routes)
+                    runs.append((last - t0, cpu_seconds(pid) - before))
+                    rt.driver.apply({})
+                    await rt.driver.wait_converged(60)
+                    await counter.wait_empty()
+                summary(f"driver, 4 x 100 prefixes in flight, {label}", runs)
     finally:
         router.close()
+    print(f"load average at end: {os.getloadavg()}", flush=True)
 
 
 async def main() -> None:
@@ -454,12 +483,15 @@ async def main() -> None:
         default="gobgp",
         help="bird: measure only the bulk runs, against BIRD (cheaper to poll than GoBGP)",
     )
+    ap.add_argument(
+        "--repeat", type=int, default=5, help="bulk runs per variant (--bulk-peer bird)"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kube-bgpd-bench-"))
     topo = Topology.create(nodes=1, ipv6=False, client=False)
     if args.bulk_peer == "bird":
         try:
-            await bulk_against_bird(topo, work, args.routes)
+            await bulk_against_bird(topo, work, args.routes, args.repeat)
         finally:
             topo.destroy()
         return
