@@ -152,7 +152,12 @@ def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[st
 
 
 def speaker_config(
-    topo: Topology, *, graceful_restart: bool, drain_window: float, hold_time: int
+    topo: Topology,
+    *,
+    graceful_restart: bool,
+    drain_window: float,
+    hold_time: int,
+    on_sigterm: str = "withdraw",
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router."""
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
@@ -174,7 +179,7 @@ def speaker_config(
             "apiVersion": "kube-bgpd.io/v1alpha1",
             "kind": "SpeakerConfig",
             "metadata": {"name": "speaker"},
-            "spec": {"drainWindow": f"{drain_window}s", "listen": True},
+            "spec": {"drainWindow": f"{drain_window}s", "listen": True, "onSigterm": on_sigterm},
         },
     ]
     for fam in (4, 6) if topo.ipv6 else (4,):
@@ -252,6 +257,7 @@ class Lab:
         graceful_restart: bool = False,
         drain_window: float = 2.0,
         hold_time: int = 9,
+        on_sigterm: str = "withdraw",
         state_dir: Path | str | None = None,
         directory: Path | str | None = None,
         prefix: str | None = None,
@@ -266,6 +272,8 @@ class Lab:
         On any failure, everything already started is torn down. ``cluster="api"`` runs
         the API simulator (in this process unless ``apisim_in_process=False``) and the
         controller in the router namespace; services then get their IPs from the pools.
+        ``graceful_restart`` enables it on the router and the BGPPeers; ``on_sigterm`` is
+        the speakers' SpeakerConfig onSigterm (``withdraw``, ``drain`` or ``retain``).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -310,6 +318,7 @@ class Lab:
                     graceful_restart=graceful_restart,
                     drain_window=drain_window,
                     hold_time=hold_time,
+                    on_sigterm=on_sigterm,
                 )
             )
             if cluster == "api":

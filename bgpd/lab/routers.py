@@ -19,6 +19,7 @@ Public interface::
                  hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
+            restarting_peers() (FRR, BIRD)
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
             wait_route(prefix, next_hops=None, timeout) log_tail() close()
@@ -260,6 +261,12 @@ class Router(ABC):
         Only for comparing before/after ("nothing was re-announced"): FRR and GoBGP count
         UPDATE messages, BIRD counts route updates plus withdrawals.
         """
+
+    def restarting_peers(self) -> set[IPAddress]:
+        """Neighbours whose routes the router still holds for graceful restart (RFC 4724):
+        the session went down and the restart time runs, or it is back but End-of-RIB
+        has not arrived yet. Empty when every restart is over. FRR and BIRD only."""
+        raise RouterError(f"{self.kind}: restarting_peers() is not implemented")
 
     def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
         """Next hops of the kernel route for exactly ``prefix`` in the router namespace.
@@ -543,6 +550,30 @@ class FRRRouter(Router):
             out[ip] = int(info.get("messageStats", {}).get("updatesRecv", 0))
         return out
 
+    def restarting_peers(self) -> set[IPAddress]:
+        return parse_frr_restarting(self.vtysh_json("show bgp neighbors json"))
+
+
+def parse_frr_restarting(data: Mapping[str, Any]) -> set[IPAddress]:
+    """From ``show bgp neighbors json`` (FRR 8.4): a neighbour is restarting while its
+    restart timer runs (session down, routes kept as stale), or while an address family
+    of an Established session has not received End-of-RIB."""
+    out: set[IPAddress] = set()
+    for addr, info in data.items():
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            continue  # peer-group entries
+        gr = info.get("gracefulRestartInfo") or {}
+        if info.get("bgpState") != "Established":
+            if "gracefulRestartTimerMsecs" in gr:
+                out.add(ip)
+            continue
+        families = [v for v in gr.values() if isinstance(v, dict) and "endOfRibStatus" in v]
+        if any(not f["endOfRibStatus"].get("endOfRibRecv", False) for f in families):
+            out.add(ip)
+    return out
+
 
 def parse_frr_path(p: Mapping[str, Any]) -> RibPath:
     hops = p.get("nexthops") or []
@@ -676,6 +707,9 @@ class BirdRouter(Router):
     def changes_received(self) -> dict[IPAddress, int]:
         return parse_bird_changes(self.birdc("show protocols all"))
 
+    def restarting_peers(self) -> set[IPAddress]:
+        return parse_bird_restarting(self.birdc("show protocols all"))
+
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
 _BIRD_PATH_CONT = re.compile(r"^\s+unicast\s")
@@ -738,6 +772,26 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
             state = None
         elif line and not line[0].isspace():
             state = None
+    return out
+
+
+def parse_bird_restarting(text: str) -> set[IPAddress]:
+    """Neighbours shown with ``Neighbor graceful restart active`` by ``birdc show
+    protocols all``: BIRD keeps their routes as stale (session down within the restart
+    time, or back and waiting for End-of-RIB)."""
+    out: set[IPAddress] = set()
+    neighbor: IPAddress | None = None
+    active = False
+    for line in [*text.splitlines(), "END"]:
+        s = line.strip()
+        if line and not line[0].isspace():
+            if neighbor is not None and active:
+                out.add(neighbor)
+            neighbor, active = None, False
+        elif s.startswith("Neighbor address:"):
+            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
+        elif s == "Neighbor graceful restart active":
+            active = True
     return out
 
 

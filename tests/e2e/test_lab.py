@@ -12,6 +12,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -63,6 +64,43 @@ def nodes(
     lab: Lab, *numbers: int, family: int = 4
 ) -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
     return {lab.topology.node_address(n, family) for n in numbers}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timeout after {timeout} s waiting for {what}"
+        time.sleep(0.02)
+
+
+class FibWatch:
+    """Samples the router's kernel FIB for some prefixes from a thread, back to back (each
+    read is one ``ip route`` call, a few ms), and keeps every sample that is not the
+    expected next-hop set, with its time."""
+
+    def __init__(self, lab: Lab, want: dict[str, set[Any]]) -> None:
+        self.lab = lab
+        self.want = want
+        self.samples = 0
+        self.deviations: list[tuple[float, str, set[Any]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fib-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for ip, hops in self.want.items():
+                got = self.lab.router.fib(ip)
+                if got != hops:
+                    self.deviations.append((time.monotonic(), ip, got))
+            self.samples += 1
+
+    def __enter__(self) -> FibWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -133,6 +171,56 @@ def test_rolling_restart_fails_no_request_outside_ecmp_changes(
     assert result.failures <= CONCURRENCY * len(changes), result
     assert result.requests > 100, result
     assert set(result.per_node) == {"node1", "node2", "node3"}
+
+
+def restart_speaker_retaining(lab: Lab, i: int) -> None:
+    """SIGTERM node I's speaker (onSigterm retain), check the router keeps its routes for
+    graceful restart, start it again and wait for its End-of-RIB at the router."""
+    peers = {lab.topology.node_address(i, f) for f in (4, 6)}
+
+    def sessions_are(up: bool) -> bool:
+        states = lab.router.neighbors()
+        return all((states.get(p) == "Established") is up for p in peers)
+
+    assert lab.stop_speaker(i, signal.SIGTERM) == 0
+    # The sessions really closed, and the router holds the routes for the restart.
+    wait_until(lambda: sessions_are(False), 5, f"node{i}'s sessions down")
+    assert peers <= lab.router.restarting_peers()
+    lab.start_speaker(i)
+    wait_until(lambda: sessions_are(True), 30, f"node{i}'s sessions up")
+    wait_until(lambda: not peers & lab.router.restarting_peers(), 30, f"End-of-RIB from node{i}")
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_rolling_restart_retaining_routes_fails_no_request_and_changes_no_fib(
+    router: str, make_lab: Callable[..., Lab]
+) -> None:
+    """Graceful restart and ``onSigterm: retain``: every speaker stopped (SIGTERM) and
+    started in turn under steady traffic. Each stop closes the node's sessions without a
+    withdraw, the router keeps its routes as stale, and the next speaker refreshes them
+    and sends End-of-RIB. Strict: zero failed requests, and the router's FIB for both
+    service IPs, sampled back to back from before the first stop until after the last
+    End-of-RIB, is never anything but all three nodes."""
+    lab = make_lab(router, graceful_restart=True, on_sigterm="retain")
+    want = {IP4: nodes(lab, 1, 2, 3), IP6: nodes(lab, 1, 2, 3, family=6)}
+    client = lab.start_steady_client(IP4, *STEADY)
+    try:
+        with FibWatch(lab, want) as watch:
+            time.sleep(0.3)
+            for i in (1, 2, 3):
+                restart_speaker_retaining(lab, i)
+            time.sleep(0.5)  # a stale route flushed late would show here
+    finally:
+        result = lab.finish_client(client)
+    assert watch.deviations == [], watch.deviations[:10]
+    assert watch.samples > 100, watch.samples
+    assert result.failures == 0, result
+    assert result.requests > 100, result
+    assert set(result.per_node) == {"node1", "node2", "node3"}
+    for i in (1, 2, 3):
+        log = (lab.dir / f"node{i}" / "speaker.log").read_text()
+        for peer in ("tor-v4", "tor-v6"):
+            assert f"speaker.stop_peer peer={peer} action=retained" in log, log[-2000:]
 
 
 @pytest.mark.parametrize("router", [pytest.param("frr", id="frr")])
