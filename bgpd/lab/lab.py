@@ -297,6 +297,8 @@ class Lab:
                 graceful_restart=graceful_restart,
                 hold_time=hold_time,
                 keepalive_time=max(1, hold_time // 3),
+                # As docs/routers.md recommends: a draining node leaves the ECMP set.
+                graceful_shutdown_policy=True,
             )
             rec = _Recorded(
                 prefix=topo.prefix,

@@ -16,7 +16,8 @@ Public interface::
     RouterConfig(asn=64512, router_id=172.31.250.1, peer_asn=64513, listen=(...),
                  neighbor_ranges=(172.31.250.0/24, fd00:99:250::/64), static_neighbors=(),
                  md5_password=None, graceful_restart=False, restart_time=120,
-                 hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False)
+                 hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False,
+                 graceful_shutdown_policy=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
             restarting_peers() (FRR, BIRD)
@@ -108,6 +109,10 @@ class RouterConfig:
     keepalive_time: int = 3
     ebgp_multihop: int | None = None
     ttl_security: bool = False
+    #: RFC 8326 receiver policy (docs/routers.md): paths carrying GRACEFUL_SHUTDOWN
+    #: 65535:0 get LOCAL_PREF 0 on import, so a draining node leaves the ECMP set before
+    #: its withdrawal. BIRD needs the import filter; FRR does this for eBGP paths by itself.
+    graceful_shutdown_policy: bool = False
     #: Local addresses for the BGP sessions (BIRD needs them per template).
     local_address4: ipaddress.IPv4Address = _ROUTER4
     local_address6: ipaddress.IPv6Address = _ROUTER6
@@ -669,7 +674,13 @@ class BirdRouter(Router):
             # Next hops on the LAN are used as they are; a multihop session resolves them
             # through the connected routes (protocol direct) instead.
             gateway = "recursive" if c.ebgp_multihop is not None else "direct"
-            common.append(f"  {chan} {{ import all; export none; gateway {gateway}; }};")
+            imports = "import all;"
+            if c.graceful_shutdown_policy:
+                imports = (
+                    "import filter { if (65535, 0) ~ bgp_community then bgp_local_pref = 0; "
+                    "accept; };"
+                )
+            common.append(f"  {chan} {{ {imports} export none; gateway {gateway}; }};")
             peer = "external" if c.peer_asn is None else f"as {c.peer_asn}"
             if c.ibgp and c.peer_asn is not None:
                 peer = "internal"

@@ -15,8 +15,8 @@ from bgpd.lab.netns import netns_exists, process_alive
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 
-# FRR: what `make demo` runs (BIRD under the same steps is covered by test_lab.py).
-@pytest.mark.parametrize("router", [pytest.param("frr", id="frr")])
+# FRR is what `make demo` runs; `kube-bgpd lab demo --router bird` the same with BIRD.
+@pytest.mark.parametrize("router", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
 def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> None:
     out = io.StringIO()
     seen: list[Lab] = []
