@@ -28,6 +28,8 @@ Public interface::
     Static neighbours are connected to actively (the router restarts and reconnects at once
     if the speaker's ExaBGP listens); dynamic ranges are passive by nature.
     make_router(kind, netns, workdir, **config) with kind in ROUTER_KINDS
+    FibWatch(router, {prefix: expected_nexthops}): ``with`` it to sample the FIB back to
+    back; ``samples`` and ``deviations`` (time, prefix, next hops seen) afterwards
 
 Facts used (shared/docs/lab-notes.md, measured here): FRR daemons run by hand in the netns
 with their own paths and ``chown frr``; eBGP needs ``no bgp ebgp-requires-policy``,
@@ -47,6 +49,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -1010,6 +1013,41 @@ def parse_gobgp_path(p: Mapping[str, Any]) -> RibPath:
     )
 
 
+# --------------------------------------------------------------------------- sampling
+
+
+class FibWatch:
+    """Samples a router's kernel FIB for some prefixes from a thread, back to back (each
+    read is one ``ip route`` call, a few ms), and keeps every sample that is not the
+    expected next-hop set, with its CLOCK_MONOTONIC time. A context manager: sampling
+    runs inside the ``with`` block."""
+
+    def __init__(self, router: Router, want: Mapping[str, set[IPAddress]]) -> None:
+        self.router = router
+        self.want = dict(want)
+        #: Rounds of reading every prefix.
+        self.samples = 0
+        self.deviations: list[tuple[float, str, set[IPAddress]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fib-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for prefix, hops in self.want.items():
+                got = self.router.fib(prefix)
+                if got != hops:
+                    self.deviations.append((time.monotonic(), prefix, got))
+            self.samples += 1
+
+    def __enter__(self) -> FibWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 # --------------------------------------------------------------------------- factory
 
 ROUTER_KINDS: dict[str, type[Router]] = {
@@ -1059,6 +1097,7 @@ __all__ = [
     "ROUTER_KINDS",
     "BirdRouter",
     "FRRRouter",
+    "FibWatch",
     "GoBGPRouter",
     "RibPath",
     "Router",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,6 +23,7 @@ from bgpd.lab.apicluster import ApiClient, ApiError
 from bgpd.lab.client import Result
 from bgpd.lab.lab import Lab, LabService
 from bgpd.lab.netns import process_alive
+from bgpd.lab.routers import FibWatch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
@@ -71,36 +71,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
     while not predicate():
         assert time.monotonic() < deadline, f"timeout after {timeout} s waiting for {what}"
         time.sleep(0.02)
-
-
-class FibWatch:
-    """Samples the router's kernel FIB for some prefixes from a thread, back to back (each
-    read is one ``ip route`` call, a few ms), and keeps every sample that is not the
-    expected next-hop set, with its time."""
-
-    def __init__(self, lab: Lab, want: dict[str, set[Any]]) -> None:
-        self.lab = lab
-        self.want = want
-        self.samples = 0
-        self.deviations: list[tuple[float, str, set[Any]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fib-watch", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for ip, hops in self.want.items():
-                got = self.lab.router.fib(ip)
-                if got != hops:
-                    self.deviations.append((time.monotonic(), ip, got))
-            self.samples += 1
-
-    def __enter__(self) -> FibWatch:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 @pytest.mark.parametrize(
@@ -178,17 +148,16 @@ def restart_speaker_retaining(lab: Lab, i: int) -> None:
     graceful restart, start it again and wait for its End-of-RIB at the router."""
     peers = {lab.topology.node_address(i, f) for f in (4, 6)}
 
-    def sessions_are(up: bool) -> bool:
+    def sessions_down() -> bool:
         states = lab.router.neighbors()
-        return all((states.get(p) == "Established") is up for p in peers)
+        return all(states.get(p) != "Established" for p in peers)
 
     assert lab.stop_speaker(i, signal.SIGTERM) == 0
     # The sessions really closed, and the router holds the routes for the restart.
-    wait_until(lambda: sessions_are(False), 5, f"node{i}'s sessions down")
+    wait_until(sessions_down, 5, f"node{i}'s sessions down")
     assert peers <= lab.router.restarting_peers()
     lab.start_speaker(i)
-    wait_until(lambda: sessions_are(True), 30, f"node{i}'s sessions up")
-    wait_until(lambda: not peers & lab.router.restarting_peers(), 30, f"End-of-RIB from node{i}")
+    lab.wait_speaker_refreshed(i)
 
 
 @pytest.mark.parametrize("router", ROUTERS)
@@ -205,7 +174,7 @@ def test_rolling_restart_retaining_routes_fails_no_request_and_changes_no_fib(
     want = {IP4: nodes(lab, 1, 2, 3), IP6: nodes(lab, 1, 2, 3, family=6)}
     client = lab.start_steady_client(IP4, *STEADY)
     try:
-        with FibWatch(lab, want) as watch:
+        with FibWatch(lab.router, want) as watch:
             time.sleep(0.3)
             for i in (1, 2, 3):
                 restart_speaker_retaining(lab, i)
