@@ -301,13 +301,11 @@ class ExaBGPDriver:
     async def withdraw_all(self, within: float, *, retain_graceful: bool = False) -> bool:
         """Withdraw every route (with ``retain_graceful``: only from peers without
         graceful restart, mode RETAINED) and wait until ExaBGP acknowledged it, then give
-        its reactor ``flush_delay`` to put the UPDATEs on the wire (skipped when nothing
-        was sent)."""
-        sent = self.stats.commands_sent.total()
+        its reactor ``flush_delay`` to put the UPDATEs on the wire. Always: commands sent
+        before this call (a drain window's withdrawals) may still be in ExaBGP."""
         self.set_mode(DriverMode.RETAINED if retain_graceful else DriverMode.WITHDRAWN)
         ok = await self.wait_converged(within)
-        if self.stats.commands_sent.total() != sent:
-            await asyncio.sleep(self.flush_delay)
+        await asyncio.sleep(self.flush_delay)
         return ok
 
     # ------------------------------------------------------------------ observers
