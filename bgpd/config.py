@@ -54,6 +54,7 @@ from bgpd.model import (
     SelectorOperator,
     SelectorRequirement,
     ServiceAllocation,
+    SigtermAction,
     SpeakerConfig,
     frozen_map,
 )
@@ -1162,7 +1163,7 @@ _SPEAKER_FIELDS: Final = (
     "debounce",
     "logFormat",
     "drainWindow",
-    "drainOnSigterm",
+    "onSigterm",
     "listen",
 )
 
@@ -1229,9 +1230,16 @@ def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
     if f.get("drainWindow") is not None:
         got = _duration(doc, "spec.drainWindow", f["drainWindow"], numbers=True)
         drain = float(got) if got is not None else drain
-    drain_on_term = d.drain_on_sigterm
-    if f.get("drainOnSigterm") is not None:
-        drain_on_term = _bool(doc, "spec.drainOnSigterm", f["drainOnSigterm"]) is True
+    on_sigterm = d.on_sigterm
+    if f.get("onSigterm") is not None:
+        action = f["onSigterm"]
+        if action not in {x.value for x in SigtermAction}:
+            doc.error(
+                "spec.onSigterm",
+                f"{_show(action)} is not one of {', '.join(x.value for x in SigtermAction)}",
+            )
+        else:
+            on_sigterm = SigtermAction(str(action))
     listen = d.listen
     if f.get("listen") is not None:
         listen = _bool(doc, "spec.listen", f["listen"]) is True
@@ -1247,7 +1255,7 @@ def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
         debounce=debounce,
         log_format=log_format,
         drain_window=drain,
-        drain_on_sigterm=drain_on_term,
+        on_sigterm=on_sigterm,
         listen=listen,
     )
 

@@ -244,6 +244,20 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+class SigtermAction(StrEnum):
+    """SpeakerConfig spec.onSigterm: what a graceful stop does with the node's routes."""
+
+    #: Withdraw every route, wait until the UPDATEs left, then stop ExaBGP.
+    WITHDRAW = "withdraw"
+    #: RFC 8326 drain (65535:0 for drainWindow) first, then withdraw.
+    DRAIN = "drain"
+    #: Keep the routes at peers with graceful restart (RFC 4724): stop ExaBGP without
+    #: withdrawing, so they stay as stale until the next speaker refreshes them; peers
+    #: without graceful restart are withdrawn from first. Falls back to withdraw after a
+    #: drain the node asked for.
+    RETAIN = "retain"
+
+
 @dataclass(frozen=True, slots=True)
 class MQTTConfig:
     host: str
@@ -271,7 +285,7 @@ class SpeakerConfig:
     log_format: LogFormat = LogFormat.TEXT
     #: Seconds routes are held with GRACEFUL_SHUTDOWN (RFC 8326) before withdrawal.
     drain_window: float = 30.0
-    drain_on_sigterm: bool = False
+    on_sigterm: SigtermAction = SigtermAction.WITHDRAW
     #: Also let ExaBGP listen so routers can reconnect at once (its own retry backs off to 60 s).
     listen: bool = False
 

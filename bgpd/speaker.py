@@ -5,8 +5,9 @@
 * ``source``      the SnapshotSource's own loop (file polling, or the Kubernetes watch),
 * ``reconciler``  snapshot -> decide -> driver.apply,
 * ``exabgp``      started after the first rendering: driver socket + sender + supervisor,
-* ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully (optionally drains
-  first), then ends the group,
+* ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully as SpeakerConfig
+  onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
+  the group,
 * ``convergence`` times "decision applied -> ExaBGP acknowledged" for the metrics,
 * ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
   pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP).
@@ -15,9 +16,10 @@ The status listener also serves ``/metrics`` (bgpd.metrics, read from the driver
 supervisor, reconciler and source at scrape time; docs/observability.md).
 
 Signals: SIGTERM/SIGINT = graceful stop (withdraw, wait for the acks and the flush, stop
-ExaBGP, SIGKILL after a bound); SIGHUP = re-read the config files (a bad file keeps the
-running config) and the cluster source. Cleanup runs in ``finally``; CancelledError is
-never swallowed.
+ExaBGP, SIGKILL after a bound; with onSigterm retain, graceful-restart peers are not
+withdrawn from, unless the node asked for a drain); SIGHUP = re-read the config files (a
+bad file keeps the running config) and the cluster source. Cleanup runs in ``finally``;
+CancelledError is never swallowed.
 
 Rendering ExaBGP's configuration needs I/O the pure renderer must not do, so it is done
 here before each render: the address the kernel picks to reach each peer (a connected UDP
@@ -67,6 +69,7 @@ from bgpd.model import (
     IPAddress,
     NodeName,
     PeerName,
+    SigtermAction,
 )
 from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Reconciler, SnapshotSource
@@ -456,15 +459,38 @@ class Speaker:
         await self.rendered.wait()
         await self.runtime.run()
 
+    def drain_requested(self) -> bool:
+        """Whether this node asked to be drained (``kube-bgpd drain``): then a stop must
+        leave nothing at the routers, whatever onSigterm says."""
+        return self._drain_task is not None
+
     async def _lifecycle(self) -> None:
         await self.stop_requested.wait()
-        log(_logger, logging.INFO, "speaker.stopping")
-        if self.config.speaker.drain_on_sigterm and self._drain_task is None:
+        action = self.config.speaker.on_sigterm
+        log(_logger, logging.INFO, "speaker.stopping", on_sigterm=str(action))
+        if action is SigtermAction.DRAIN and self._drain_task is None:
             await self.drain()
         if self._drain_task is not None and not self._drain_task.done():
             await self._drain_task
-        ok = await self.runtime.stop(withdraw=True, within=10.0)
-        log(_logger, logging.INFO, "speaker.stopped", withdrawn=ok)
+        retain = action is SigtermAction.RETAIN and not self.drain_requested()
+        if action is SigtermAction.RETAIN and not retain:
+            log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
+        held = self.driver.acknowledged()
+        ok = await self.runtime.stop(withdraw=True, retain_graceful=retain, within=10.0)
+        # What each peer was left with: retained (stale at a graceful-restart router until
+        # the next speaker refreshes it, or its restart time ends) or withdrawn.
+        for name, n in sorted(self.driver.neighbors().items()):
+            kept = retain and n.graceful_restart
+            log(
+                _logger,
+                logging.INFO,
+                "speaker.stop_peer",
+                peer=name,
+                action="retained" if kept else "withdrawn",
+                routes=len(held.get(name, {})),
+                graceful_restart=n.graceful_restart,
+            )
+        log(_logger, logging.INFO, "speaker.stopped", withdrawn=ok, retained=retain)
         raise _Stop
 
     def request_stop(self) -> None:

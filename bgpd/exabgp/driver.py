@@ -14,11 +14,13 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   Never blocks; the sender converges in the background.
 * ``await driver.wait_converged(within)``: True when ExaBGP acknowledged exactly the
   effective desired set and nothing is in flight.
-* ``driver.mode`` / ``driver.set_mode(DriverMode.DRAINING | WITHDRAWN | NORMAL)``: RFC 8326
-  drain (every route with 65535:0, LOCAL_PREF 0 on iBGP) and withdraw-all.
-* ``await driver.withdraw_all(within)``: graceful stop: withdraw everything, wait for the
-  acks, then ``flush_delay`` for ExaBGP to write the UPDATEs (``done`` means "in the
-  adj-rib-out", not "on the wire"; ExaBGP's reactor writes them within its next loops).
+* ``driver.mode`` / ``driver.set_mode(DriverMode.DRAINING | WITHDRAWN | RETAINED |
+  NORMAL)``: RFC 8326 drain (every route with 65535:0, LOCAL_PREF 0 on iBGP), withdraw-all,
+  and withdraw only from peers without graceful restart (a stop that retains the routes).
+* ``await driver.withdraw_all(within, retain_graceful=False)``: graceful stop: withdraw
+  everything (or, retaining, only from non-graceful-restart peers), wait for the acks, then
+  ``flush_delay`` for ExaBGP to write the UPDATEs (``done`` means "in the adj-rib-out", not
+  "on the wire"; ExaBGP's reactor writes them within its next loops).
 * ``driver.peer_status() -> Mapping[PeerName, PeerStatus]``, ``driver.acknowledged() ->
   DesiredRoutes``, ``driver.subscribe(maxsize) -> asyncio.Queue[SpeakerEvent]`` (a full
   queue drops its oldest event and counts it in ``stats.events_dropped``: a slow
@@ -94,6 +96,10 @@ class DriverMode(StrEnum):
     DRAINING = "draining"
     #: Nothing announced (after a drain window, or on graceful stop).
     WITHDRAWN = "withdrawn"
+    #: Stopping with the routes retained (SpeakerConfig onSigterm: retain): withdrawn from
+    #: peers without graceful restart; kept for graceful-restart peers, which hold them as
+    #: stale after ExaBGP's FIN until the next speaker replays them and sends End-of-RIB.
+    RETAINED = "retained"
 
 
 @dataclass(slots=True)
@@ -277,6 +283,8 @@ class ExaBGPDriver:
             )
         if self.mode is DriverMode.WITHDRAWN:
             return {}
+        if self.mode is DriverMode.RETAINED:
+            return {p: r for p, r in base.items() if self._neighbors[p].graceful_restart}
         if self.mode is DriverMode.DRAINING:
             ibgp = [n.name for n in self._neighbors.values() if n.peer.is_ibgp]
             return drained(base, ibgp)
@@ -290,10 +298,12 @@ class ExaBGPDriver:
             return False
         return True
 
-    async def withdraw_all(self, within: float) -> bool:
-        """Withdraw every route and wait until ExaBGP acknowledged it, then give its
-        reactor ``flush_delay`` to put the UPDATEs on the wire."""
-        self.set_mode(DriverMode.WITHDRAWN)
+    async def withdraw_all(self, within: float, *, retain_graceful: bool = False) -> bool:
+        """Withdraw every route (with ``retain_graceful``: only from peers without
+        graceful restart, mode RETAINED) and wait until ExaBGP acknowledged it, then give
+        its reactor ``flush_delay`` to put the UPDATEs on the wire. Always: commands sent
+        before this call (a drain window's withdrawals) may still be in ExaBGP."""
+        self.set_mode(DriverMode.RETAINED if retain_graceful else DriverMode.WITHDRAWN)
         ok = await self.wait_converged(within)
         await asyncio.sleep(self.flush_delay)
         return ok

@@ -7,8 +7,9 @@ The speaker (and the component tests and the benchmark) hold one ``ExaBGPRuntime
   the text changed, ExaBGP is restarted and the driver replays (SIGUSR1 reload would not
   give a new neighbour the routes sent earlier through the API: lab notes);
 * ``run()`` is the long-lived task: the driver's socket and sender plus the supervisor;
-* ``stop(withdraw=True)`` is the graceful stop: withdraw everything, wait for the acks and
-  the flush, then SIGTERM ExaBGP (SIGKILL after a bound) and close the socket.
+* ``stop(withdraw=True, retain_graceful=False)`` is the graceful stop: withdraw everything
+  (retaining: only from peers without graceful restart), wait for the acks and the flush,
+  then SIGTERM ExaBGP (SIGKILL after a bound) and close the socket.
 
 It adds no policy of its own: what to announce comes from the reconciler.
 """
@@ -137,10 +138,17 @@ class ExaBGPRuntime:
         finally:
             await self.driver.close()
 
-    async def stop(self, *, withdraw: bool = True, within: float = 10.0) -> bool:
-        """Graceful stop. Returns whether every withdraw was acknowledged in time."""
+    async def stop(
+        self, *, withdraw: bool = True, retain_graceful: bool = False, within: float = 10.0
+    ) -> bool:
+        """Graceful stop. Returns whether every withdraw was acknowledged in time.
+
+        ``retain_graceful``: withdraw only from peers without graceful restart; ExaBGP's
+        SIGTERM then closes every session with a bare TCP FIN (no Cease, no withdraw: lab
+        notes), so graceful-restart peers keep the routes as stale for their restart time.
+        """
         ok = True
         if withdraw and self.supervisor.pid is not None and self.driver.connected:
-            ok = await self.driver.withdraw_all(within)
+            ok = await self.driver.withdraw_all(within, retain_graceful=retain_graceful)
         await self.supervisor.stop()
         return ok

@@ -4,7 +4,9 @@ Role: show a person (or CI, with ``DEMO_NONINTERACTIVE=1``) what kube-bgpd does,
 real processes only: the API simulator and the controller allocate a LoadBalancer IP, the
 three speakers announce it, the router (FRR or BIRD) installs the ECMP route, the client's
 connections spread, externalTrafficPolicy Local shrinks the route, and a graceful speaker
-stop under traffic. Every number printed is measured in this run; nothing is canned.
+stop under traffic, then the same restart with ``onSigterm: retain`` (graceful restart is
+on in the demo lab), which leaves the router's route untouched. Every number printed is
+measured in this run; nothing is canned.
 
 It pauses between steps for Enter unless ``DEMO_NONINTERACTIVE=1`` or stdin is not a
 terminal, and always tears the lab down (also on Ctrl-C or an error).
@@ -25,6 +27,7 @@ from typing import TextIO
 
 from bgpd.lab.client import Result
 from bgpd.lab.lab import Lab, LabService
+from bgpd.lab.routers import FibWatch
 
 
 class Narrator:
@@ -66,6 +69,53 @@ def route_text(lab: Lab, ip: str) -> str:
     return f"$ ip {fam} route show {ip}   (in the router namespace)\n{raw}\n=> {', '.join(names)}"
 
 
+def retain_restart(lab: Lab, say: Narrator, web: LabService) -> bool:
+    """Step 5's restart again with SpeakerConfig onSigterm: retain (graceful restart is on
+    in the demo lab): the router keeps node1's route as stale until the new speaker's
+    End-of-RIB, so its FIB never changes. Returns whether that held, with no failure."""
+    ip = web.ips[0]
+    want = lab.expected_nexthops(web)
+    say.out.write("\n==> then the same restart with SpeakerConfig onSigterm: retain\n")
+    say.say(
+        "node1's speaker stops without withdrawing; with graceful restart the router keeps\n"
+        "its route until the new speaker has sent it again (End-of-RIB): for rolling updates"
+    )
+    lab.wait_speaker_refreshed(1)
+    lab.set_on_sigterm("retain")
+    client = lab.start_steady_client(
+        ip, "--requests-per-connection", "1", "--concurrency", "4", "--interval", "0.02"
+    )
+    with FibWatch(lab.router, {ip: want}) as watch:
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        status = lab.stop_speaker(1, signal.SIGTERM)
+        lab.start_speaker(1)
+        lab.wait_speaker_refreshed(1)
+        took = time.monotonic() - t0
+        time.sleep(0.5)
+    result = lab.finish_client(client)
+    names = ", ".join(sorted(lab.node_of(h) for h in want))
+    say.say(
+        f"node1's speaker stopped (exit {status}) and was back, End-of-RIB included, in "
+        f"{took:.1f} s"
+    )
+    if watch.deviations:
+        seen = sorted(
+            {
+                ", ".join(sorted(lab.node_of(h) for h in hops)) or "none"
+                for _, _, hops in watch.deviations
+            }
+        )
+        say.say(
+            f"the router's route CHANGED ({len(watch.deviations)} of {watch.samples} "
+            f"samples): {'; '.join(seen)}"
+        )
+    else:
+        say.say(f"the router's route, read {watch.samples} times meanwhile, never changed: {names}")
+    say.say("during the restart: " + spread(result))
+    return not watch.deviations and result.failures == 0 and status == 0
+
+
 def run_demo(
     *,
     router: str = "frr",
@@ -81,7 +131,12 @@ def run_demo(
     web = LabService("web", (), pod_nodes=(1, 2))
     ok = True
     with Lab.up(
-        router=router, cluster="api", services=[web], state_dir=state_dir, drain_window=2.0
+        router=router,
+        cluster="api",
+        services=[web],
+        state_dir=state_dir,
+        drain_window=2.0,
+        graceful_restart=True,
     ) as lab:
         if on_lab is not None:
             on_lab(lab)
@@ -143,6 +198,7 @@ def run_demo(
         lab.start_speaker(1)
         lab.wait_service(web)
         say.say("node1's speaker started again: " + route_text(lab, ip).splitlines()[-1])
+        ok &= retain_restart(lab, say, web)
         say.out.write("\n==> tearing the lab down\n")
     say.out.write(
         f"demo {'finished' if ok else 'FAILED'} in {time.monotonic() - say.started:.1f} s\n"

@@ -24,9 +24,10 @@ lab's namespaces, its directory and FRR's run directory is touched.
 
 Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
-``start_speaker(i)``, ``stop_speaker(i, sig)``, ``speaker_pid(i)``, ``speaker_status(i)``,
-``drain(i)``, ``client(target, connections=300)``, ``start_steady_client(target, *args)``
-+ ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``.
+``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
+``set_on_sigterm(action)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
+``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``.
 """
 
 from __future__ import annotations
@@ -152,7 +153,12 @@ def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[st
 
 
 def speaker_config(
-    topo: Topology, *, graceful_restart: bool, drain_window: float, hold_time: int
+    topo: Topology,
+    *,
+    graceful_restart: bool,
+    drain_window: float,
+    hold_time: int,
+    on_sigterm: str = "withdraw",
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router."""
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
@@ -174,7 +180,7 @@ def speaker_config(
             "apiVersion": "kube-bgpd.io/v1alpha1",
             "kind": "SpeakerConfig",
             "metadata": {"name": "speaker"},
-            "spec": {"drainWindow": f"{drain_window}s", "listen": True},
+            "spec": {"drainWindow": f"{drain_window}s", "listen": True, "onSigterm": on_sigterm},
         },
     ]
     for fam in (4, 6) if topo.ipv6 else (4,):
@@ -252,6 +258,7 @@ class Lab:
         graceful_restart: bool = False,
         drain_window: float = 2.0,
         hold_time: int = 9,
+        on_sigterm: str = "withdraw",
         state_dir: Path | str | None = None,
         directory: Path | str | None = None,
         prefix: str | None = None,
@@ -266,6 +273,8 @@ class Lab:
         On any failure, everything already started is torn down. ``cluster="api"`` runs
         the API simulator (in this process unless ``apisim_in_process=False``) and the
         controller in the router namespace; services then get their IPs from the pools.
+        ``graceful_restart`` enables it on the router and the BGPPeers; ``on_sigterm`` is
+        the speakers' SpeakerConfig onSigterm (``withdraw``, ``drain`` or ``retain``).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -289,6 +298,8 @@ class Lab:
                 graceful_restart=graceful_restart,
                 hold_time=hold_time,
                 keepalive_time=max(1, hold_time // 3),
+                # As docs/routers.md recommends: a draining node leaves the ECMP set.
+                graceful_shutdown_policy=True,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -310,6 +321,7 @@ class Lab:
                     graceful_restart=graceful_restart,
                     drain_window=drain_window,
                     hold_time=hold_time,
+                    on_sigterm=on_sigterm,
                 )
             )
             if cluster == "api":
@@ -588,6 +600,41 @@ class Lab:
         self._rec.speakers.pop(str(i), None)
         self._save()
         return status
+
+    def wait_speaker_refreshed(self, i: int, timeout: float = 30) -> None:
+        """Until node I's sessions are Established at the router and the router keeps
+        nothing of it for graceful restart any more (its End-of-RIB arrived)."""
+        peers = {ipaddress.ip_address(a) for a in node_addresses(self.topology, i)}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                states = self.router.neighbors()
+                up = all(states.get(p) == "Established" for p in peers)
+                if up and not peers & self.router.restarting_peers():
+                    return
+            except _QUERY_ERRORS as exc:
+                if time.monotonic() > deadline:
+                    raise LabError(f"node{i}: router unreadable: {exc}") from exc
+            if time.monotonic() > deadline:
+                raise LabError(f"node{i}'s speaker did not refresh its routes in {timeout} s")
+            time.sleep(0.02)
+
+    def set_on_sigterm(self, action: str) -> None:
+        """Rewrite the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
+        speakers started from now on read it, running ones re-read it on the SIGHUP sent
+        here."""
+        path = self.dir / "config.yaml"
+        docs = list(yaml.safe_load_all(path.read_text()))
+        for doc in docs:
+            if doc.get("kind") == "SpeakerConfig":
+                doc["spec"]["onSigterm"] = action
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        tmp.replace(path)
+        for i in list(self._rec.speakers):
+            pid = self.speaker_pid(int(i))
+            if pid is not None:
+                os.kill(pid, signal.SIGHUP)
 
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's listener."""

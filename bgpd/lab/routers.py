@@ -16,9 +16,11 @@ Public interface::
     RouterConfig(asn=64512, router_id=172.31.250.1, peer_asn=64513, listen=(...),
                  neighbor_ranges=(172.31.250.0/24, fd00:99:250::/64), static_neighbors=(),
                  md5_password=None, graceful_restart=False, restart_time=120,
-                 hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False)
+                 hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False,
+                 graceful_shutdown_policy=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
+            restarting_peers() (FRR, BIRD)
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
             wait_route(prefix, next_hops=None, timeout) log_tail() close()
@@ -26,6 +28,8 @@ Public interface::
     Static neighbours are connected to actively (the router restarts and reconnects at once
     if the speaker's ExaBGP listens); dynamic ranges are passive by nature.
     make_router(kind, netns, workdir, **config) with kind in ROUTER_KINDS
+    FibWatch(router, {prefix: expected_nexthops}): ``with`` it to sample the FIB back to
+    back; ``samples`` and ``deviations`` (time, prefix, next hops seen) afterwards
 
 Facts used (shared/docs/lab-notes.md, measured here): FRR daemons run by hand in the netns
 with their own paths and ``chown frr``; eBGP needs ``no bgp ebgp-requires-policy``,
@@ -45,6 +49,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
@@ -107,6 +112,10 @@ class RouterConfig:
     keepalive_time: int = 3
     ebgp_multihop: int | None = None
     ttl_security: bool = False
+    #: RFC 8326 receiver policy (docs/routers.md): paths carrying GRACEFUL_SHUTDOWN
+    #: 65535:0 get LOCAL_PREF 0 on import, so a draining node leaves the ECMP set before
+    #: its withdrawal. BIRD needs the import filter; FRR does this for eBGP paths by itself.
+    graceful_shutdown_policy: bool = False
     #: Local addresses for the BGP sessions (BIRD needs them per template).
     local_address4: ipaddress.IPv4Address = _ROUTER4
     local_address6: ipaddress.IPv6Address = _ROUTER6
@@ -260,6 +269,12 @@ class Router(ABC):
         Only for comparing before/after ("nothing was re-announced"): FRR and GoBGP count
         UPDATE messages, BIRD counts route updates plus withdrawals.
         """
+
+    def restarting_peers(self) -> set[IPAddress]:
+        """Neighbours whose routes the router still holds for graceful restart (RFC 4724):
+        the session went down and the restart time runs, or it is back but End-of-RIB
+        has not arrived yet. Empty when every restart is over. FRR and BIRD only."""
+        raise RouterError(f"{self.kind}: restarting_peers() is not implemented")
 
     def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
         """Next hops of the kernel route for exactly ``prefix`` in the router namespace.
@@ -543,6 +558,30 @@ class FRRRouter(Router):
             out[ip] = int(info.get("messageStats", {}).get("updatesRecv", 0))
         return out
 
+    def restarting_peers(self) -> set[IPAddress]:
+        return parse_frr_restarting(self.vtysh_json("show bgp neighbors json"))
+
+
+def parse_frr_restarting(data: Mapping[str, Any]) -> set[IPAddress]:
+    """From ``show bgp neighbors json`` (FRR 8.4): a neighbour is restarting while its
+    restart timer runs (session down, routes kept as stale), or while an address family
+    of an Established session has not received End-of-RIB."""
+    out: set[IPAddress] = set()
+    for addr, info in data.items():
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            continue  # peer-group entries
+        gr = info.get("gracefulRestartInfo") or {}
+        if info.get("bgpState") != "Established":
+            if "gracefulRestartTimerMsecs" in gr:
+                out.add(ip)
+            continue
+        families = [v for v in gr.values() if isinstance(v, dict) and "endOfRibStatus" in v]
+        if any(not f["endOfRibStatus"].get("endOfRibRecv", False) for f in families):
+            out.add(ip)
+    return out
+
 
 def parse_frr_path(p: Mapping[str, Any]) -> RibPath:
     hops = p.get("nexthops") or []
@@ -638,7 +677,13 @@ class BirdRouter(Router):
             # Next hops on the LAN are used as they are; a multihop session resolves them
             # through the connected routes (protocol direct) instead.
             gateway = "recursive" if c.ebgp_multihop is not None else "direct"
-            common.append(f"  {chan} {{ import all; export none; gateway {gateway}; }};")
+            imports = "import all;"
+            if c.graceful_shutdown_policy:
+                imports = (
+                    "import filter { if (65535, 0) ~ bgp_community then bgp_local_pref = 0; "
+                    "accept; };"
+                )
+            common.append(f"  {chan} {{ {imports} export none; gateway {gateway}; }};")
             peer = "external" if c.peer_asn is None else f"as {c.peer_asn}"
             if c.ibgp and c.peer_asn is not None:
                 peer = "internal"
@@ -675,6 +720,9 @@ class BirdRouter(Router):
 
     def changes_received(self) -> dict[IPAddress, int]:
         return parse_bird_changes(self.birdc("show protocols all"))
+
+    def restarting_peers(self) -> set[IPAddress]:
+        return parse_bird_restarting(self.birdc("show protocols all"))
 
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
@@ -738,6 +786,26 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
             state = None
         elif line and not line[0].isspace():
             state = None
+    return out
+
+
+def parse_bird_restarting(text: str) -> set[IPAddress]:
+    """Neighbours shown with ``Neighbor graceful restart active`` by ``birdc show
+    protocols all``: BIRD keeps their routes as stale (session down within the restart
+    time, or back and waiting for End-of-RIB)."""
+    out: set[IPAddress] = set()
+    neighbor: IPAddress | None = None
+    active = False
+    for line in [*text.splitlines(), "END"]:
+        s = line.strip()
+        if line and not line[0].isspace():
+            if neighbor is not None and active:
+                out.add(neighbor)
+            neighbor, active = None, False
+        elif s.startswith("Neighbor address:"):
+            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
+        elif s == "Neighbor graceful restart active":
+            active = True
     return out
 
 
@@ -945,6 +1013,41 @@ def parse_gobgp_path(p: Mapping[str, Any]) -> RibPath:
     )
 
 
+# --------------------------------------------------------------------------- sampling
+
+
+class FibWatch:
+    """Samples a router's kernel FIB for some prefixes from a thread, back to back (each
+    read is one ``ip route`` call, a few ms), and keeps every sample that is not the
+    expected next-hop set, with its CLOCK_MONOTONIC time. A context manager: sampling
+    runs inside the ``with`` block."""
+
+    def __init__(self, router: Router, want: Mapping[str, set[IPAddress]]) -> None:
+        self.router = router
+        self.want = dict(want)
+        #: Rounds of reading every prefix.
+        self.samples = 0
+        self.deviations: list[tuple[float, str, set[IPAddress]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fib-watch", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for prefix, hops in self.want.items():
+                got = self.router.fib(prefix)
+                if got != hops:
+                    self.deviations.append((time.monotonic(), prefix, got))
+            self.samples += 1
+
+    def __enter__(self) -> FibWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 # --------------------------------------------------------------------------- factory
 
 ROUTER_KINDS: dict[str, type[Router]] = {
@@ -994,6 +1097,7 @@ __all__ = [
     "ROUTER_KINDS",
     "BirdRouter",
     "FRRRouter",
+    "FibWatch",
     "GoBGPRouter",
     "RibPath",
     "Router",

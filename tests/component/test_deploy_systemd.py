@@ -20,6 +20,7 @@ import pytest
 
 from bgpd.cli import build_parser
 from bgpd.config import load_config_or_raise
+from bgpd.model import SigtermAction
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -149,7 +150,7 @@ def test_speaker_stops_gracefully(tmp_path: Path) -> None:
     assert s["KillMode"] == ["mixed"]
     config, _ = load_config_or_raise([str(SYSTEMD / "config.yaml")])
     sc = config.speaker
-    assert sc.drain_on_sigterm
+    assert sc.on_sigterm is SigtermAction.DRAIN
     assert float(s["TimeoutStopSec"][0]) >= sc.drain_window + WITHDRAW_BOUND + 5
     # ExaBGP's work dir is the unit's RuntimeDirectory (writable under ProtectSystem).
     assert Path("/run") / s["RuntimeDirectory"][0] == sc.work_dir

@@ -321,6 +321,7 @@ CONFIG_CASES = [
     pytest.param({"md5_password": "pw", "graceful_restart": True, "restart_time": 30}, id="md5-gr"),
     pytest.param({"ebgp_multihop": 3, "hold_time": 30, "keepalive_time": 10}, id="multihop"),
     pytest.param({"ttl_security": True}, id="gtsm"),
+    pytest.param({"graceful_shutdown_policy": True}, id="rfc8326-policy"),
     pytest.param({"bfd": True}, id="bfd"),
     pytest.param(
         {"neighbor_ranges": (), "static_neighbors": ("172.31.250.11", "fd00:99:250::11")},

@@ -7,6 +7,7 @@ on 127.0.0.1 is that namespace's loopback; the CLI commands run there too.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -19,10 +20,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bgpd.lab.netns import process_alive
-from bgpd.lab.routers import Router
-from bgpd.lab.speakerfiles import node1_cluster_dump, one_peer_config
+from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, Router
+from bgpd.lab.speakerfiles import (
+    NODE1_V4,
+    cluster_list,
+    node1_cluster_dump,
+    node_item,
+    one_peer_config,
+    service_items,
+)
 from bgpd.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
@@ -37,14 +46,14 @@ def config_text(
     graceful: bool = False,
     community: str = "65000:1",
     exabgp: str | None = None,
-    drain_on_sigterm: bool = False,
+    on_sigterm: str = "withdraw",
 ) -> str:
     return one_peer_config(
         communities=(community,),
         graceful=graceful,
         speaker={
             "drainWindow": drain_window,
-            "drainOnSigterm": drain_on_sigterm,
+            "onSigterm": on_sigterm,
             **({"exabgpBinary": exabgp} if exabgp else {}),
         },
     )
@@ -269,12 +278,12 @@ def _unprivileged_checks(bird: Router, sp: SpeakerProc) -> None:
     assert bird.rib() == {}
 
 
-def test_drain_on_sigterm(
+def test_on_sigterm_drain(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:
     bird = make_router("bird")
     sp = speaker(
-        config_text(drain_window="2s", drain_on_sigterm=True), node1_cluster_dump(["10.99.100.5"])
+        config_text(drain_window="2s", on_sigterm="drain"), node1_cluster_dump(["10.99.100.5"])
     )
     bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
     sp.proc.send_signal(signal.SIGTERM)
@@ -287,3 +296,136 @@ def test_drain_on_sigterm(
     assert sp.proc.poll() is None, "the speaker holds the drained routes for the window"
     assert sp.proc.wait(20) == 0
     assert bird.rib() == {}
+
+
+NODE1_V6 = "fd00:99:250::11"
+
+
+def two_peer_config(*, on_sigterm: str) -> str:
+    """The router over IPv4 with graceful restart (BGPPeer ``tor``) and over IPv6 without
+    it (``tor-v6``); one BIRD has graceful restart on both, but it is only negotiated
+    where the speaker offers it too."""
+    v6_peer = {
+        "apiVersion": "metallb.io/v1beta2",
+        "kind": "BGPPeer",
+        "metadata": {"name": "tor-v6"},
+        "spec": {"myASN": NODE_ASN, "peerASN": ROUTER_ASN, "peerAddress": "fd00:99:250::1"},
+    }
+    v4_and_speaker = one_peer_config(
+        addresses=("10.99.100.0/24", "fd00:99:100::/120"),
+        graceful=True,
+        speaker={"onSigterm": on_sigterm, "listen": True},
+    )
+    return v4_and_speaker + "---\n" + yaml.safe_dump(v6_peer)
+
+
+def bird_withdraws(bird: Router) -> dict[str, int]:
+    """Withdrawals received per BIRD channel (``Import withdraws`` of ``show protocols
+    all``): a withdraw UPDATE counts, a session loss or a stale flush does not."""
+    assert isinstance(bird, BirdRouter)
+    out: dict[str, int] = {}
+    channel = ""
+    for line in bird.birdc("show protocols all").splitlines():
+        s = line.strip()
+        if s.startswith("Channel "):
+            channel = s.split()[1]
+        elif s.startswith("Import withdraws:") and channel:
+            received = s.split(":", 1)[1].split()[0]
+            out[channel] = out.get(channel, 0) + (int(received) if received.isdigit() else 0)
+    return out
+
+
+def test_on_sigterm_retain_keeps_routes_at_graceful_peers_and_withdraws_elsewhere(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc], tmp_path: Path
+) -> None:
+    """onSigterm retain: the graceful-restart session is closed without a withdraw (the
+    router keeps the routes as stale), the other session gets the withdraw first; the
+    next speaker refreshes the kept route, and its End-of-RIB flushes the one it no longer
+    announces. The kept route is never withdrawn nor missing at the router."""
+    # Static neighbours: BIRD deletes a dynamic one (and its counters) when it goes down.
+    bird = make_router(
+        "bird",
+        graceful_restart=True,
+        restart_time=60,
+        neighbor_ranges=(),
+        static_neighbors=(NODE1_V4, NODE1_V6),
+    )
+    v4a, v4b, v6 = net("10.99.100.5/32"), net("10.99.100.6/32"), net("fd00:99:100::5/128")
+    dump = cluster_list(
+        [
+            node_item("node1", NODE1_V4),
+            *service_items("web0", "10.99.100.5", uid="u0"),
+            *service_items("web1", "10.99.100.6", uid="u1"),
+            *service_items("web6", "fd00:99:100::5", uid="u6"),
+        ]
+    )
+    (tmp_path / "a").mkdir()
+    first = speaker(two_peer_config(on_sigterm="retain"), dump, tmp=tmp_path / "a")
+    bird.wait_rib(lambda r: {v4a, v4b} <= set(r), 20)
+    bird.wait_rib(lambda r: v6 in r, 20, family=6)
+    first.wait_status(lambda d: all(p["pending"] == 0 for p in d["peers"]))
+    n4, n6 = ipaddress.ip_address(NODE1_V4), ipaddress.ip_address(NODE1_V6)
+
+    # Sampled while the speaker stops: the IPv6 route leaves while its session is still
+    # up (a withdraw UPDATE; the speaker flushes before it stops ExaBGP), the IPv4 routes
+    # never leave, though their session goes down.
+    first.proc.send_signal(signal.SIGTERM)
+    withdrawn_while_up = False
+    while first.proc.poll() is None:
+        sessions, rib4, rib6 = bird.neighbors(), bird.rib(4), bird.rib(6)
+        assert {v4a, v4b} <= set(rib4), "a retained route was withdrawn"
+        withdrawn_while_up |= v6 not in rib6 and sessions.get(n6) == "Established"
+        time.sleep(0.01)
+    assert first.proc.wait(20) == 0
+    assert withdrawn_while_up, "no withdraw reached the peer without graceful restart"
+    log = first.log_text()
+    assert "speaker.stop_peer peer=tor action=retained routes=2" in log, log
+    assert "speaker.stop_peer peer=tor-v6 action=withdrawn routes=1" in log, log
+    bird.wait_neighbors(lambda n: n.get(n4) != "Established")
+    # Kept as stale for the restart time (60 s here).
+    assert {v4a, v4b} <= set(bird.rib(4))
+    assert v6 not in bird.rib(6)
+
+    # The next speaker announces only .5: it refreshes it and, after its End-of-RIB, BIRD
+    # flushes the stale .6. Sampled all along: .5 never leaves the RIB.
+    (tmp_path / "b").mkdir()
+    dump_b = cluster_list(
+        [
+            node_item("node1", NODE1_V4),
+            *service_items("web0", "10.99.100.5", uid="u0"),
+            *service_items("web6", "fd00:99:100::5", uid="u6"),
+        ]
+    )
+    second = speaker(two_peer_config(on_sigterm="retain"), dump_b, tmp=tmp_path / "b")
+    deadline = time.monotonic() + 30
+    while True:
+        rib = bird.rib(4)
+        assert v4a in rib, "the retained route left the router's RIB"
+        if v4b not in rib and "driver.eor_sent peer=tor" in second.log_text():
+            break
+        assert time.monotonic() < deadline, (rib, second.log_text())
+        time.sleep(0.02)
+    bird.wait_rib(lambda r: v6 in r, 20, family=6)
+    # The new IPv4 session received no withdraw at all (.6 went as a stale flush).
+    assert bird_withdraws(bird)["ipv4"] == 0
+    second.proc.send_signal(signal.SIGTERM)
+    assert second.proc.wait(20) == 0
+
+
+def test_on_sigterm_retain_after_a_drain_withdraws(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    """A node that asked to be drained wants its routes gone: retain falls back to withdraw."""
+    bird = make_router("bird", graceful_restart=True, restart_time=60)
+    sp = speaker(
+        config_text(graceful=True, on_sigterm="retain", drain_window="1s"),
+        node1_cluster_dump(["10.99.100.5"]),
+    )
+    bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    assert sp.cli("drain").returncode == 0
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+    assert bird.rib() == {}
+    log = sp.log_text()
+    assert 'speaker.retain_skipped reason="drain requested"' in log, log
+    assert "speaker.stop_peer peer=tor action=withdrawn" in log, log

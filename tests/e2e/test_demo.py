@@ -15,8 +15,8 @@ from bgpd.lab.netns import netns_exists, process_alive
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 
-# FRR: what `make demo` runs (BIRD under the same steps is covered by test_lab.py).
-@pytest.mark.parametrize("router", [pytest.param("frr", id="frr")])
+# FRR is what `make demo` runs; `kube-bgpd lab demo --router bird` the same with BIRD.
+@pytest.mark.parametrize("router", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
 def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> None:
     out = io.StringIO()
     seen: list[Lab] = []
@@ -37,6 +37,9 @@ def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> Non
     assert "=> node1, node2, node3" in text
     assert "=> node1, node2\n" in text  # Local
     assert "=> node2\n" in text  # node1's speaker stopped
+    # The same restart with onSigterm retain: the router's route never changed.
+    assert re.search(r"read \d+ times meanwhile, never changed: node1, node2\n", text), text
+    assert re.search(r"during the restart: \d+ requests -> node\d: \d+, .*; 0 failed\n", text)
     assert re.search(r"300 requests -> node1: \d+, node2: \d+, node3: \d+; 0 failed", text)
     assert "demo finished" in text
     # Torn down: no namespace, no process, no state left.

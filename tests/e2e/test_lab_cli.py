@@ -6,10 +6,13 @@ Each test uses its own --state-dir, so it never sees (or removes) another run's 
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,10 +56,22 @@ def assert_nothing_left(names: list[str], pids: list[int]) -> None:
     assert [p for p in pids if process_alive(p)] == []
 
 
-def test_up_status_client_down(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+ROUTERS = [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")]
+
+
+@pytest.fixture
+def state() -> Iterator[Path]:
+    """A short --state-dir: each speaker's unix socket lives under it and must fit in
+    sun_path (108 bytes), which pytest's tmp_path with a parametrized test name does not."""
+    top = Path(tempfile.mkdtemp(prefix="kb-lab-"))
+    yield top / "state"
+    shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.mark.parametrize("router", ROUTERS)
+def test_up_status_client_down(router: str, state: Path) -> None:
     try:
-        up = lab(state, "up", "--router", "bird")
+        up = lab(state, "up", "--router", router)
         assert up.returncode == 0, up.stderr
         assert "10.99.100.1            node1, node2, node3" in up.stdout
 
@@ -89,11 +104,11 @@ def test_up_status_client_down(tmp_path: Path) -> None:
     assert lab(state, "status").returncode == 1
 
 
-def test_down_after_up_was_killed_midway(tmp_path: Path) -> None:
+@pytest.mark.parametrize("router", ROUTERS)
+def test_down_after_up_was_killed_midway(router: str, state: Path) -> None:
     """`lab up` SIGKILLed while starting the speakers: `lab down` still removes it all."""
-    state = tmp_path / "state"
     proc = subprocess.Popen(
-        [KUBE_BGPD, "lab", "--state-dir", str(state), "up"],
+        [KUBE_BGPD, "lab", "--state-dir", str(state), "up", "--router", router],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -24,7 +24,7 @@ from configkit import (
 )
 
 from bgpd.config import ConfigIssue, parse_duration
-from bgpd.model import LogFormat, MQTTConfig, SecretRef, SelectorOperator
+from bgpd.model import LogFormat, MQTTConfig, SecretRef, SelectorOperator, SigtermAction
 
 # --------------------------------------------------------------------------- errors
 
@@ -551,6 +551,26 @@ BAD: list[Any] = [
         ],
         id="speaker-metrics-v6-brackets",
     ),
+    pytest.param(
+        [speaker(onSigterm="keep")],
+        ["SpeakerConfig speaker: spec.onSigterm: 'keep' is not one of withdraw, drain, retain"],
+        id="speaker-on-sigterm-unknown",
+    ),
+    pytest.param(
+        [speaker(onSigterm=True)],
+        ["SpeakerConfig speaker: spec.onSigterm: True is not one of withdraw, drain, retain"],
+        id="speaker-on-sigterm-bool",
+    ),
+    pytest.param(
+        [speaker(onSigterm="Retain")],
+        ["SpeakerConfig speaker: spec.onSigterm: 'Retain' is not one of withdraw, drain, retain"],
+        id="speaker-on-sigterm-case",
+    ),
+    pytest.param(
+        [speaker(drainOnSigterm=True)],
+        ["SpeakerConfig speaker: spec.drainOnSigterm: unknown field (did you mean 'onSigterm'?)"],
+        id="speaker-drain-on-sigterm-replaced",
+    ),
     # ---- documents and metadata
     pytest.param(
         [{"apiVersion": V1B1, "kind": "L2Advertisement", "metadata": {"name": "l2"}}],
@@ -925,13 +945,28 @@ def test_speaker_config_defaults_when_absent() -> None:
         "127.0.0.1:7473",
         None,
     )
-    assert (s.debounce, s.log_format, s.drain_window, s.drain_on_sigterm, s.listen) == (
+    assert (s.debounce, s.log_format, s.drain_window, s.on_sigterm, s.listen) == (
         0.0,
         LogFormat.TEXT,
         30.0,
-        False,
+        SigtermAction.WITHDRAW,
         False,
     )
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        pytest.param("withdraw", SigtermAction.WITHDRAW, id="withdraw"),
+        pytest.param("drain", SigtermAction.DRAIN, id="drain"),
+        pytest.param("retain", SigtermAction.RETAIN, id="retain"),
+        pytest.param(None, SigtermAction.WITHDRAW, id="null-is-default"),
+    ],
+)
+def test_speaker_on_sigterm(value: object, expected: SigtermAction) -> None:
+    result = parse(pool(), peer(), adv(), speaker(onSigterm=value))
+    assert result.config is not None, messages(result.errors)
+    assert result.config.speaker.on_sigterm is expected
 
 
 def test_speaker_config_every_field() -> None:
@@ -953,7 +988,7 @@ def test_speaker_config_every_field() -> None:
             debounce="250ms",
             logFormat="json",
             drainWindow=12.5,
-            drainOnSigterm=True,
+            onSigterm="drain",
             listen=True,
         )
     )
@@ -964,7 +999,7 @@ def test_speaker_config_every_field() -> None:
     assert s.metrics_address == "[::1]:9473"
     assert s.mqtt == MQTTConfig("127.0.0.1", 8883, "dc1/bgp", "bgpd", "pw", True)
     assert (s.debounce, s.log_format, s.drain_window) == (0.25, LogFormat.JSON, 12.5)
-    assert (s.drain_on_sigterm, s.listen) == (True, True)
+    assert (s.on_sigterm, s.listen) == (SigtermAction.DRAIN, True)
 
 
 def test_status_and_server_metadata_are_ignored() -> None:

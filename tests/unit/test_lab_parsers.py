@@ -14,8 +14,10 @@ from bgpd.lab.routers import (
     RibPath,
     parse_bird_changes,
     parse_bird_protocols,
+    parse_bird_restarting,
     parse_bird_routes,
     parse_frr_path,
+    parse_frr_restarting,
     parse_gobgp_path,
     router_config,
 )
@@ -110,6 +112,82 @@ def test_bird_protocols_states_by_neighbor() -> None:
         ip("172.31.250.11"): "Established",
         ip("fd00:99:250::12"): "Active",
     }
+
+
+#: ``show protocols all`` (trimmed): node1's IPv4 session down within its restart time,
+#: node2's back and waiting for End-of-RIB, node3's over.
+BIRD_RESTARTING = """\
+BIRD 2.0.12 ready.
+Name       Proto      Table      State  Since         Info
+static4_0  BGP        ---        start  18:27:24.202  Active        Socket: Connection closed
+  BGP state:          Active
+    Neighbor address: 172.31.250.11
+    Neighbor AS:      64513
+    Neighbor graceful restart active
+    Restart timer:    119.613/-
+  Channel ipv4
+    State:          START
+    Neighbor GR:    Regular
+static4_1  BGP        ---        up     18:27:25.444  Established
+  BGP state:          Established
+    Neighbor address: 172.31.250.12
+    Neighbor graceful restart active
+    Neighbor ID:      172.31.250.12
+  Channel ipv4
+    Neighbor GR:    Regular
+static4_2  BGP        ---        up     18:27:25.444  Established
+  BGP state:          Established
+    Neighbor address: 172.31.250.13
+    Neighbor ID:      172.31.250.13
+"""
+
+
+def test_bird_restarting_peers() -> None:
+    assert parse_bird_restarting(BIRD_RESTARTING) == {ip("172.31.250.11"), ip("172.31.250.12")}
+    assert parse_bird_restarting(BIRD_PROTOCOLS) == set()
+
+
+def _frr_neighbor(state: str, gr: dict[str, Any]) -> dict[str, Any]:
+    return {"bgpState": state, "gracefulRestartInfo": gr}
+
+
+def _frr_eor(received: bool) -> dict[str, Any]:
+    return {"fBit": True, "endOfRibStatus": {"endOfRibSend": True, "endOfRibRecv": received}}
+
+
+@pytest.mark.parametrize(
+    ("neighbors", "expected"),
+    [
+        pytest.param(
+            {"172.31.250.11": _frr_neighbor("Idle", {"gracefulRestartTimerMsecs": 119000})},
+            {"172.31.250.11"},
+            id="down-restart-timer-runs",
+        ),
+        pytest.param(
+            {"172.31.250.11": _frr_neighbor("Active", {"endOfRibRecv": {}})},
+            set(),
+            id="down-no-graceful-restart",
+        ),
+        pytest.param(
+            {"172.31.250.11": _frr_neighbor("Established", {"ipv4Unicast": _frr_eor(False)})},
+            {"172.31.250.11"},
+            id="up-waiting-for-eor",
+        ),
+        pytest.param(
+            {
+                "172.31.250.11": _frr_neighbor(
+                    "Established",
+                    {"gracefulStalepathTimerMsecs": 349000, "ipv4Unicast": _frr_eor(True)},
+                ),
+                "NODES4": {"peerGroupMembers": {}},
+            },
+            set(),
+            id="up-eor-received",
+        ),
+    ],
+)
+def test_frr_restarting_peers(neighbors: dict[str, Any], expected: set[str]) -> None:
+    assert parse_frr_restarting(neighbors) == {ip(a) for a in expected}
 
 
 @pytest.mark.parametrize(
