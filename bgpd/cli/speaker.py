@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     from bgpd.cli.controller import options_from_args
     from bgpd.config import ConfigError, load_config_or_raise
+    from bgpd.exabgp.runtime import work_dir_problem
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
     from bgpd.model import NodeName
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
+    problem = work_dir_problem(work_dir)
+    if problem is not None:
+        print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     address = args.metrics_address or config.speaker.metrics_address
     if args.with_controller and args.cluster_file:
         print(

@@ -32,6 +32,23 @@ from bgpd.model import NodeName
 
 CONFIG_NAME = "exabgp.conf"
 SOCKET_NAME = "exabgp-api.sock"
+#: Longest unix socket path Linux accepts (sun_path is 108 bytes with its NUL).
+UNIX_PATH_MAX = 107
+
+
+def work_dir_problem(work_dir: Path) -> str | None:
+    """Why ``work_dir`` cannot hold the helper's unix socket, or None. Checked before
+    starting, so a long work directory is a clear configuration error rather than a
+    traceback from bind() once everything else is running."""
+    path = work_dir / SOCKET_NAME
+    size = len(os.fsencode(path))
+    if size <= UNIX_PATH_MAX:
+        return None
+    return (
+        f"the ExaBGP API socket {path} would be {size} bytes long, and a unix socket path "
+        f"has at most {UNIX_PATH_MAX}: choose a shorter work directory "
+        "(spec.workDir or --work-dir)"
+    )
 
 
 def helper_argv() -> list[str]:
@@ -69,6 +86,9 @@ class ExaBGPRuntime:
         crash_window: float = 60.0,
         listen: bool = False,
     ) -> None:
+        problem = work_dir_problem(work_dir)
+        if problem is not None:
+            raise ValueError(problem)
         if window * (batch + 1) > ASYNC_STEPS:
             # More queued work than ExaBGP's reactor runs per turn (see launch.py).
             raise ValueError(
