@@ -31,7 +31,8 @@ def test_work_dir_problem(tmp_path: Path, size: int, ok: bool) -> None:
     assert (problem is None) is ok
     if not ok:
         assert problem is not None
-        assert "108 bytes" in problem and "spec.workDir or --work-dir" in problem
+        assert "108 bytes" in problem
+        assert "spec.workDir or --work-dir" in problem
 
 
 def test_runtime_refuses_a_long_work_dir(tmp_path: Path) -> None:
