@@ -48,6 +48,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry
 
 from bgpd.config import ConfigError, load_config_or_raise
+from bgpd.decision import ANNOTATION_DRAIN, drain_requested
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
 from bgpd.exabgp.render import Rendering, render
@@ -215,6 +216,12 @@ class Speaker:
         self.render_warnings: tuple[str, ...] = ()
         self.render_error = ""
         self._drain_task: asyncio.Task[None] | None = None
+        #: Who started the drain: "request" (`kube-bgpd drain`, onSigterm drain) or
+        #: "annotation" (the Node's kube-bgpd.io/drain). Only an annotation's drain ends
+        #: when its annotation does; a requested one lasts until the process stops.
+        self.drain_source: str | None = None
+        #: The last drain annotation value that was not understood (reported once).
+        self._bad_drain_annotation: str | None = None
 
     # ------------------------------------------------------------------ rendering
 
@@ -285,12 +292,52 @@ class Speaker:
 
     async def drain(self) -> Mapping[str, Any]:
         """RFC 8326: re-announce everything with GRACEFUL_SHUTDOWN, hold, then withdraw."""
+        self.start_drain("request")
+        return self._drain_status()
+
+    def start_drain(self, source: str) -> None:
         if self._drain_task is None:
             self.drain_started = time.time()
-            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window)
+            self.drain_source = source
+            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window, source=source)
             self.driver.set_mode(DriverMode.DRAINING)
             self._drain_task = asyncio.create_task(self._drain(), name="drain")
-        return self._drain_status()
+
+    def end_drain(self) -> None:
+        """Announce normally again: the annotation that asked for the drain is gone."""
+        task, self._drain_task = self._drain_task, None
+        if task is not None:
+            task.cancel()
+        self.drain_started = None
+        self.drain_source = None
+        self.driver.set_mode(DriverMode.NORMAL)
+        log(_logger, logging.INFO, "speaker.undrained")
+
+    def _follow_drain_annotation(self, snapshot: ClusterSnapshot | None) -> None:
+        """Start or end a drain as this node's kube-bgpd.io/drain annotation says."""
+        if snapshot is None or self.stop_requested.is_set():
+            return  # stopping: _lifecycle owns the driver's mode now
+        node = snapshot.nodes.get(self.node)
+        wanted = drain_requested(node)
+        if wanted is None:
+            value = None if node is None else node.annotations.get(ANNOTATION_DRAIN)
+            if value != self._bad_drain_annotation:
+                log(
+                    _logger,
+                    logging.WARNING,
+                    "speaker.drain_annotation_invalid",
+                    annotation=ANNOTATION_DRAIN,
+                    value=value,
+                    expected="true or false",
+                    kept="draining" if self._drain_task is not None else "announcing",
+                )
+            self._bad_drain_annotation = value
+            return
+        self._bad_drain_annotation = None
+        if wanted and self._drain_task is None:
+            self.start_drain("annotation")
+        elif not wanted and self.drain_source == "annotation":
+            self.end_drain()
 
     async def _drain(self) -> None:
         await asyncio.sleep(self.drain_window)
@@ -301,6 +348,7 @@ class Speaker:
         return {
             "mode": str(self.driver.mode),
             "started": self.drain_started,
+            "source": self.drain_source,
             "window": self.drain_window,
             "withdraw_at": None
             if self.drain_started is None
@@ -338,6 +386,7 @@ class Speaker:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
         when the desired routes changed (a pass that changes nothing sends nothing)."""
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
+        self._follow_drain_annotation(self.reconciler.last_snapshot)
         if self.reconciler.last_duration is not None:
             self.metrics.observe_reconcile(self.reconciler.last_duration)
         desired = decision.by_peer()

@@ -42,6 +42,7 @@ WITHDRAW_BOUND = 10.0
 KUSTOMIZATIONS = [
     pytest.param("base", id="base"),
     pytest.param("overlays/example", id="overlay-example"),
+    pytest.param("overlays/retain", id="overlay-retain"),
 ]
 
 rendered = kit.rendered
@@ -220,6 +221,10 @@ def test_speaker_pod(path: str, tmp_path: Path) -> None:
     assert "emptyDir" in volumes[mounts[str(config.speaker.work_dir)]]
     # Long enough to drain for the whole window and then withdraw.
     assert pod["terminationGracePeriodSeconds"] >= config.speaker.drain_window + WITHDRAW_BOUND + 5
+    if str(config.speaker.on_sigterm) == "retain":
+        # A preStop drain would make every stop withdraw: retain needs none.
+        assert "lifecycle" not in c
+        return
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
     assert pre_stop[:2] == ["/bin/sh", "-c"]
     assert "kube-bgpd drain" in pre_stop[2]
@@ -251,6 +256,19 @@ def test_overlay_example_exercises_listen() -> None:
         d and d.get("kind") == "SpeakerConfig" and d["spec"].get("listen") is True
         for d in yaml.safe_load_all(text)
     )
+
+
+def test_overlay_retain_keeps_routes_across_pod_restarts(tmp_path: Path) -> None:
+    """The retain overlay: no preStop drain (a drain makes any stop withdraw), onSigterm
+    retain, and graceful restart on every peer (retain keeps nothing at other peers)."""
+    docs = rendered("overlays/retain")
+    ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
+    assert "lifecycle" not in container(ds)
+    assert "lifecycle" in container(one(rendered("base"), "DaemonSet", "kube-bgpd-speaker"))
+    config = speaker_config(docs, tmp_path)
+    assert str(config.speaker.on_sigterm) == "retain"
+    assert config.peers
+    assert all(p.enable_graceful_restart for p in config.peers)
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)

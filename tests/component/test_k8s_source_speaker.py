@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +141,19 @@ async def speaker(
             await proc.wait()
 
 
+async def wait_until_async(
+    probe: Callable[[], Awaitable[Any]], want: Any, what: str, within: float = 30
+) -> None:
+    deadline = asyncio.get_running_loop().time() + within
+    got = None
+    while asyncio.get_running_loop().time() < deadline:
+        got = await probe()
+        if got == want:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{what}: wanted {want}, last {got}")
+
+
 async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
     async with simulator(tmp_path) as (sim, kubeconfig):
         sim.store.create(node("n1"))
@@ -185,6 +198,18 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
             lease = sim.store.get("leases", "kube-bgpd-controller", "default")
             assert lease is not None
             assert lease["spec"].get("holderIdentity")
+
+            # The Node's drain annotation, through the Node watch: the speaker drains;
+            # removing the annotation ends the drain.
+            async def mode() -> tuple[str, str | None]:
+                status = await get_status(port)
+                return status["mode"], status["drain"]["source"]
+
+            drain = {"metadata": {"annotations": {"kube-bgpd.io/drain": "true"}}}
+            sim.store.patch("nodes", "n1", drain)
+            await wait_until_async(mode, ("draining", "annotation"), "drain from the annotation")
+            sim.store.patch("nodes", "n1", {"metadata": {"annotations": None}})
+            await wait_until_async(mode, ("normal", None), "annotation removed")
 
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0

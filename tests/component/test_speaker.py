@@ -429,3 +429,50 @@ def test_on_sigterm_retain_after_a_drain_withdraws(
     log = sp.log_text()
     assert 'speaker.retain_skipped reason="drain requested"' in log, log
     assert "speaker.stop_peer peer=tor action=withdrawn" in log, log
+
+
+def annotated_dump(ips: list[str], drain: str | None) -> str:
+    """node1_cluster_dump with node1's kube-bgpd.io/drain annotation set to ``drain``."""
+    doc = yaml.safe_load(node1_cluster_dump(ips))
+    if drain is not None:
+        doc["items"][0]["metadata"]["annotations"] = {"kube-bgpd.io/drain": drain}
+    return yaml.safe_dump(doc)
+
+
+def test_node_drain_annotation_drains_then_its_removal_announces_again(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    """kube-bgpd.io/drain: "true" on the Node: 65535:0 at the router, the withdrawal after
+    the window; a value that is neither true nor false changes nothing and is logged;
+    removing the annotation brings the routes back without 65535:0."""
+    bird = make_router("bird")
+    ips = ["10.99.100.5"]
+    sp = speaker(config_text(drain_window="2s"), annotated_dump(ips, None))
+    prefix = net("10.99.100.5/32")
+    bird.wait_rib(lambda r: [p.communities for p in r.get(prefix, [])] == [("65000:1",)], 20)
+
+    sp.dump.write_text(annotated_dump(ips, "true"))
+    bird.wait_rib(
+        lambda r: [p.communities for p in r.get(prefix, [])] == [("65000:1", "65535:0")], 10
+    )
+    doc = sp.wait_status(lambda d: d["mode"] == "draining")
+    assert doc["drain"]["source"] == "annotation"
+    bird.wait_rib(lambda r: not r, 10)
+    sp.wait_status(lambda d: d["mode"] == "withdrawn")
+
+    sp.dump.write_text(annotated_dump(ips, "maybe"))
+    deadline = time.monotonic() + 10
+    while "speaker.drain_annotation_invalid" not in sp.log_text():
+        assert time.monotonic() < deadline, sp.log_text()
+        time.sleep(0.1)
+    assert "maybe" in sp.log_text()
+    assert sp.status()["mode"] == "withdrawn"
+    assert bird.rib() == {}
+
+    sp.dump.write_text(annotated_dump(ips, None))
+    bird.wait_rib(lambda r: [p.communities for p in r.get(prefix, [])] == [("65000:1",)], 10)
+    doc = sp.wait_status(lambda d: d["mode"] == "normal")
+    assert doc["drain"]["source"] is None
+    sp.proc.send_signal(signal.SIGTERM)
+    assert sp.proc.wait(20) == 0
+    assert bird.rib() == {}
