@@ -204,7 +204,6 @@ class Speaker:
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
-        self._last_desired: object = None
         self.rendered = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self.drain_started: float | None = None
@@ -233,7 +232,7 @@ class Speaker:
         # The Kubernetes source records "started/stopped announcing" Events (never blocks).
         observe = getattr(self.source, "observe_decision", None)
         if callable(observe):
-            observe(decision)
+            observe(decision, changes=self.reconciler.last_changes)
         try:
             rendering = self.render_now(snapshot)
         except (ExaBGPError, ValueError) as exc:
@@ -337,10 +336,10 @@ class Speaker:
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
         if self.reconciler.last_duration is not None:
             self.metrics.observe_reconcile(self.reconciler.last_duration)
-        desired = decision.by_peer()
-        if desired == self._last_desired:
+        # The Decider says whether the desired set changed (no second by_peer() and
+        # comparison of every route per pass).
+        if not self.reconciler.desired_changed:
             return
-        self._last_desired = desired
         now = time.monotonic()
         first = now - latency
         # Keep the oldest change not acknowledged yet: "total" is what an operator waits.

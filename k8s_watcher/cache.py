@@ -30,6 +30,7 @@ import binascii
 import logging
 import time
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any
 
@@ -39,6 +40,7 @@ from bgpd.model import (
     Config,
     Decision,
     EndpointSlice,
+    IPNetwork,
     Namespace,
     Node,
     NodeName,
@@ -96,6 +98,9 @@ class KubernetesSource:
         self._nodes: dict[NodeName, Node] = {}
         self._namespaces: dict[str, Namespace] = {}
         self._dirty: set[ServiceKey] = set()
+        #: Service keys touched since snapshot_changes() last handed out a snapshot; None
+        #: until its first call (a source nobody asks, the controller's, keeps no set).
+        self._touched: set[ServiceKey] | None = None
         self._snapshot: ClusterSnapshot | None = None
         #: The last snapshot built, whose unchanged indexes the next one reuses, and which
         #: indexes changed since ("services", "slices", "nodes", "namespaces").
@@ -177,6 +182,17 @@ class KubernetesSource:
         self.last_snapshot = self._snapshot
         return self._snapshot
 
+    def snapshot_changes(self) -> tuple[ClusterSnapshot, AbstractSet[ServiceKey] | None]:
+        """snapshot(), and the keys of the Services whose Service object or EndpointSlices
+        may differ from those in the snapshot the previous call returned: every key the
+        events touched since, a superset (None on the first call: compare everything).
+        Node and Namespace changes add no key: they change no Service's own objects, and
+        the decision compares the Node itself. The reconciler's incremental Decider looks
+        at these keys only, so a change costs about the Services it touched, not all."""
+        snapshot = self.snapshot()
+        touched, self._touched = self._touched, set()
+        return snapshot, touched
+
     async def wait_changed(self) -> float:
         """Return once something relevant changed since the last call (after sync).
 
@@ -241,6 +257,8 @@ class KubernetesSource:
             self._services.pop(skey, None)
         else:
             self._services[skey] = new
+        if self._touched is not None:
+            self._touched.add(skey)
         self._snapshot = None
         self._changed_parts.add("services")
         if _is_lb(old) or _is_lb(new):
@@ -262,6 +280,8 @@ class KubernetesSource:
         if not touched:
             return
         self._dirty.update(touched)
+        if self._touched is not None:
+            self._touched.update(touched)
         self._snapshot = None
         if any(_is_lb(self._services.get(k)) for k in touched):
             self._mark()
@@ -375,12 +395,18 @@ class SpeakerSource(KubernetesSource):
         super().reload()
         self._secrets_wanted.set()
 
-    def observe_decision(self, decision: Decision) -> None:
-        """Record Events for Services this node started or stopped announcing."""
+    def observe_decision(
+        self,
+        decision: Decision,
+        changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None,
+    ) -> None:
+        """Record Events for Services this node started or stopped announcing.
+        `changes`: the (peer, prefix) whose route may differ from the previous decision's
+        (the reconciler's last_changes), None when unknown."""
         if self.announcements is not None:
             snap = self.last_snapshot
             services = snap.services if snap is not None else {}
-            self.announcements.observe(self._previous, decision, services)
+            self.announcements.observe(self._previous, decision, services, changes)
         self._previous = decision
 
     async def run(self) -> None:
