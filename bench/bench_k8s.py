@@ -15,7 +15,9 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
 1. bare ExaBGP: one change's latency, p50/p99 over ``--changes`` alternating
    ``announce``/``withdraw route`` commands written to its API process, to the route
    appearing at (leaving) BIRD; then ``--services`` routes announced (at most 200
-   unacknowledged) and the RSS of ExaBGP and of its trivial API process;
+   unacknowledged), the RSS of ExaBGP and of its trivial API process, and one change's
+   latency again over ``--changes-big`` changes while ExaBGP holds those routes (the
+   bare figure to set the speaker's at ``--services`` against);
 2. the speaker with 2 Local Services, then with ``--load-services`` more: one change's
    latency over ``--changes`` changes, from just before the store write that makes a
    Service's only (node1) endpoint ready or not ready to the route appearing at
@@ -520,6 +522,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     f"RSS ExaBGP {exa / 1024:.1f} MiB, API process {helper / 1024:.1f} MiB",
                     flush=True,
                 )
+                v = timed(
+                    "bare latency, routes held",
+                    lambda: latency_bare(bare, bird, args.changes_big),
+                )
+                summary(f"bare ExaBGP announce/withdraw -> BIRD ({args.services} routes held)", v)
             finally:
                 bare.close()
             deadline = time.monotonic() + 60
