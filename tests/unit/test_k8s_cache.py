@@ -5,7 +5,8 @@ what lets the speaker's Decider look at those Services only."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from clusterkit import changed_keys, ep, eps, node, svc
 from hypothesis import given, settings
@@ -16,6 +17,7 @@ from bgpd.objects import build_snapshot
 from k8s_watcher.cache import KubernetesSource, _Index
 from k8s_watcher.client import KubeClient
 
+T = TypeVar("T")
 KEYS = ["a", "b", "c", "d", "e"]
 
 index_ops = st.lists(
@@ -87,6 +89,19 @@ def _slice(key: str, variant: str) -> EndpointSlice:
     return eps(owner, ep(where, ready=variant != "not-ready"), name=key.split("/")[1] + "-a")
 
 
+def _event(
+    store: dict[str, T], key: str, new: T | None, handler: Callable[[str, T | None, T | None], None]
+) -> None:
+    """What an informer does: update its store and call the handler with (old, new)."""
+    old = store.get(key)
+    if new is None:
+        store.pop(key, None)
+    else:
+        store[key] = new
+    if old is not None or new is not None:
+        handler(key, old, new)
+
+
 @settings(max_examples=200, deadline=None)
 @given(ops=st.lists(service_ops, max_size=30))
 async def test_snapshot_changes_name_every_changed_service(
@@ -119,24 +134,11 @@ async def test_snapshot_changes_name_every_changed_service(
 
     for kind, key, variant in ops:
         if kind == "service":
-            old = services.get(key)
             new = None if variant == "gone" else _service(key, variant)
-            if new is None:
-                services.pop(key, None)
-            else:
-                services[key] = new
-            if old is not None or new is not None:
-                source._on_service(key, old, new)
+            _event(services, key, new, source._on_service)
         elif kind == "slice":
-            slice_key = f"default/{key.split('/')[1]}-a"
-            old_slice = slices.get(slice_key)
             new_slice = None if variant == "gone" else _slice(key, variant)
-            if new_slice is None:
-                slices.pop(slice_key, None)
-            else:
-                slices[slice_key] = new_slice
-            if old_slice is not None or new_slice is not None:
-                source._on_slice(slice_key, old_slice, new_slice)
+            _event(slices, f"default/{key.split('/')[1]}-a", new_slice, source._on_slice)
         elif kind == "node":
             old_node = nodes["n1"]
             nodes["n1"] = node("n1", rack="r1") if variant == "labelled" else node("n1")
