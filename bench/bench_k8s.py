@@ -38,7 +38,8 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    (``show route where source = RTS_BGP count`` every 20 ms);
 5. the speaker's RSS (daemon, ExaBGP, helper) at that size, the time of one GET of its
    ``/metrics`` and ``/status``, then one change's latency again over ``--changes-big``
-   changes with all those Services in the cluster.
+   changes with all those Services in the cluster, and once more while another thread
+   GETs ``/metrics`` back to back (what a Prometheus scrape costs a route change).
 
 Everything it creates (namespaces, BIRD, ExaBGP, speaker) is removed at the end.
 """
@@ -56,6 +57,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -384,6 +386,30 @@ def speaker_latency(
     )
 
 
+def latency_while_scraping(
+    sim: NetnsApiSimulator, speaker: Speaker, bird: BirdCtl, changes: int, what: str
+) -> None:
+    stop = threading.Event()
+    scrapes = [0]
+
+    def scrape() -> None:
+        while not stop.is_set():
+            speaker.get("/metrics")
+            scrapes[0] += 1
+
+    thread = threading.Thread(target=scrape, name="scraper", daemon=True)
+    thread.start()
+    try:
+        v = timed(
+            f"speaker latency while scraping, {what}", lambda: latency_speaker(sim, bird, changes)
+        )
+    finally:
+        stop.set()
+        thread.join()
+    summary(f"speaker EndpointSlice write -> BIRD ({what}, /metrics scraped back to back)", v)
+    print(f"  {scrapes[0]} scrapes of /metrics meanwhile", flush=True)
+
+
 def start_load(sim: NetnsApiSimulator, services: int, rate: int) -> dict[str, Any]:
     """Start the writer coroutine in the simulator's loop; returns its shared state."""
     import asyncio
@@ -594,6 +620,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
                         flush=True,
                     )
                 speaker_latency(sim, speaker, bird, args.changes_big, f"{total + 2} Services")
+                latency_while_scraping(
+                    sim, speaker, bird, args.changes_big, f"{total + 2} Services"
+                )
             finally:
                 speaker.stop()
                 log_tail(speaker)

@@ -40,12 +40,14 @@ import signal
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
 from bgpd.config import ConfigError, load_config_or_raise
+from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
 from bgpd.exabgp.render import Rendering, render
@@ -64,13 +66,14 @@ from bgpd.model import (
     ClusterSnapshot,
     Config,
     Decision,
+    DesiredRoutes,
     IPAddress,
     NodeName,
     PeerName,
 )
 from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Reconciler, SnapshotSource
-from bgpd.status import StatusServer
+from bgpd.status import Deferred, StatusServer
 
 _logger = logging.getLogger("bgpd.speaker")
 
@@ -141,6 +144,24 @@ def peer_passwords(
         else:
             out[p.name] = secrets.get(p.name)
     return out
+
+
+def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
+    """/status "routes": what ExaBGP acknowledged, by peer and prefix (from a copy)."""
+    return [
+        {
+            "peer": peer,
+            "prefix": prefix_text(prefix),
+            "communities": list(a.communities),
+            "large_communities": list(a.large_communities),
+            "local_pref": a.local_pref,
+            "med": a.med,
+        }
+        for peer, per in sorted(acknowledged.items())
+        for prefix, a in sorted(
+            per.items(), key=lambda kv: (kv[0].version, int(kv[0].network_address))
+        )
+    ]
 
 
 def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -395,20 +416,6 @@ class Speaker:
             }
             for s in self.driver.peer_status().values()
         ]
-        routes = [
-            {
-                "peer": peer,
-                "prefix": str(prefix),
-                "communities": list(a.communities),
-                "large_communities": list(a.large_communities),
-                "local_pref": a.local_pref,
-                "med": a.med,
-            }
-            for peer, per in sorted(self.driver.acknowledged().items())
-            for prefix, a in sorted(
-                per.items(), key=lambda kv: (kv[0].version, int(kv[0].network_address))
-            )
-        ]
         sup = self.runtime.supervisor
         decision = self.reconciler.last_decision
         return {
@@ -436,7 +443,8 @@ class Speaker:
                 "latency": self.reconciler.last_latency,
             },
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
-            "explain": None if decision is None else decision_json(decision),
+            # Built off the event loop (StatusServer), like the routes.
+            "explain": None if decision is None else Deferred(partial(decision_json, decision)),
             "config": {"stale": self.config_stale},
             "mqtt": None
             if self.mqtt is None
@@ -446,7 +454,7 @@ class Speaker:
                 "dropped": self.mqtt.dropped,
             },
             "peers": peers,
-            "routes": routes,
+            "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
         }
 
     # ------------------------------------------------------------------ run

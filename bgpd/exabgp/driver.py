@@ -367,12 +367,27 @@ class ExaBGPDriver:
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         eff = self.effective()
+        # What ExaBGP acknowledged differs from what is wanted only where a plan may
+        # (_plan_keys) or a command is in flight: count there, not over every route.
+        keys = self._plan_keys()
+        if keys is not None:
+            for item in self._in_flight:
+                if item.command.peer is not None and item.command.changes:
+                    ps = keys.setdefault(item.command.peer, set())
+                    ps.update(p for p, _ in item.command.changes)
         out: dict[PeerName, PeerStatus] = {}
         for name, n in sorted(self._neighbors.items()):
             s = self._sessions.get(name, _Session())
             have = self._acked.get(name, {})
             want = eff.get(name, {})
-            todo, gone = delta(have, want)
+            if keys is None:
+                todo, gone = delta(have, want)
+            else:
+                ks = {name: keys.get(name, set())}
+                todo, gone = delta(
+                    restrict({name: have}, ks).get(name, {}),
+                    restrict({name: want}, ks).get(name, {}),
+                )
             pending = len(todo) + len(gone)
             out[name] = PeerStatus(
                 peer=name,

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bgpd.exabgp.plan import delta
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.lab.netns import process_alive
@@ -322,6 +323,10 @@ async def test_changes_path_reaches_the_same_rib_as_whole_sets(
             rt.driver.apply_changes({tor: want}, {tor: changed})
             for _ in range(rng.randint(0, 3)):
                 await asyncio.sleep(0)
+            # peer_status() counts only where a difference can be: the same count as
+            # comparing everything ExaBGP acknowledged with everything wanted.
+            todo, gone = delta(rt.driver.acknowledged().get(tor, {}), want)
+            assert rt.driver.peer_status()[tor].pending == len(todo) + len(gone)
         assert await rt.driver.wait_converged(60)
         assert rt.driver.acknowledged() == ({tor: want} if want else {})
         assert rt.driver.peer_status()[tor].pending == 0
