@@ -38,6 +38,7 @@ import ipaddress
 import logging
 import signal
 import socket
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -76,6 +77,9 @@ from bgpd.reconciler import Reconciler, SnapshotSource
 from bgpd.status import Deferred, StatusServer
 
 _logger = logging.getLogger("bgpd.speaker")
+
+#: sys.setswitchinterval() while the speaker runs (see Speaker.run).
+SWITCH_INTERVAL = 0.0005
 
 
 class RunnableSource(SnapshotSource, Protocol):
@@ -491,6 +495,14 @@ class Speaker:
             node=self.node,
             status=f"{self.status_server.host}:{self.status_server.port}",
         )
+        # /metrics and /status build their large parts in worker threads (bgpd.metrics,
+        # bgpd.status). Under the GIL such a thread runs up to the switch interval (5 ms
+        # by default) before the event loop gets its turn back, and the loop needs a turn
+        # after every socket call of a route change: 0.5 ms keeps a scrape from adding
+        # more than a few milliseconds to a change (docs/observability.md); with no
+        # worker thread running, the interval costs nothing.
+        previous_interval = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL)
         code = 0
         try:
             async with asyncio.TaskGroup() as tg:
@@ -510,6 +522,7 @@ class Speaker:
                 log(_logger, logging.CRITICAL, "exabgp.crash_loop", error=str(exc))
             code = 1
         finally:
+            sys.setswitchinterval(previous_interval)
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             with contextlib.suppress(Exception):
