@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import ipaddress
 import logging
 import signal
@@ -80,6 +81,22 @@ _logger = logging.getLogger("bgpd.speaker")
 
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
+#: Seconds after the first decision when the heap is collected and frozen (_freeze_heap).
+GC_FREEZE_AFTER = 5.0
+
+
+def _freeze_heap() -> None:
+    """Collect, then move every object alive now (the first sync's Services, slices and
+    routes: 300,000 objects at 10,000 Services) to the permanent generation. Python's
+    full collections then no longer walk them: measured at 10,000 Services, a full
+    collection took 80-110 ms, holding the event loop (and every route change) that
+    long whenever allocations triggered one, e.g. during a /metrics scrape; after the
+    freeze 3-18 ms. Frozen objects are still freed by reference counting; only a
+    reference cycle among them would stay (our model objects are frozen and acyclic).
+    Done once, a few seconds after the first decision, so the cold start is not
+    delayed by the collection."""
+    gc.collect()
+    gc.freeze()
 
 
 class RunnableSource(SnapshotSource, Protocol):
@@ -229,6 +246,7 @@ class Speaker:
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
+        self._heap_freeze: asyncio.TimerHandle | None = None
         self.rendered = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self.drain_started: float | None = None
@@ -359,6 +377,8 @@ class Speaker:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
         when the desired routes changed (a pass that changes nothing sends nothing)."""
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
+        if self._heap_freeze is None:
+            self._heap_freeze = asyncio.get_running_loop().call_later(GC_FREEZE_AFTER, _freeze_heap)
         if self.reconciler.last_duration is not None:
             self.metrics.observe_reconcile(self.reconciler.last_duration)
         # The Decider says whether the desired set changed (no second by_peer() and
@@ -523,6 +543,8 @@ class Speaker:
             code = 1
         finally:
             sys.setswitchinterval(previous_interval)
+            if self._heap_freeze is not None:
+                self._heap_freeze.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             with contextlib.suppress(Exception):
