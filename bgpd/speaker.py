@@ -8,6 +8,9 @@
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully (optionally drains
   first), then ends the group,
 * ``convergence`` times "decision applied -> ExaBGP acknowledged" for the metrics,
+* ``heap-freeze`` once the first decision's routes are acknowledged, collects and
+  freezes the heap (``_freeze_heap``: later full collections skip the first sync's
+  objects),
 * ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
   pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP).
 
@@ -81,8 +84,9 @@ _logger = logging.getLogger("bgpd.speaker")
 
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
-#: Seconds after the first decision when the heap is collected and frozen (_freeze_heap).
-GC_FREEZE_AFTER = 5.0
+#: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
+#: all acknowledged, or this many seconds after the first decision at the latest.
+GC_FREEZE_WITHIN = 60.0
 
 
 def _freeze_heap() -> None:
@@ -93,8 +97,8 @@ def _freeze_heap() -> None:
     long whenever allocations triggered one, e.g. during a /metrics scrape; after the
     freeze 3-18 ms. Frozen objects are still freed by reference counting; only a
     reference cycle among them would stay (our model objects are frozen and acyclic).
-    Done once, a few seconds after the first decision, so the cold start is not
-    delayed by the collection."""
+    Done once, when the first decision's routes are all acknowledged, so neither the
+    cold start nor a later route change waits for the collection."""
     gc.collect()
     gc.freeze()
 
@@ -246,7 +250,7 @@ class Speaker:
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
-        self._heap_freeze: asyncio.TimerHandle | None = None
+        self._first_decision = asyncio.Event()
         self.rendered = asyncio.Event()
         self.stop_requested = asyncio.Event()
         self.drain_started: float | None = None
@@ -377,8 +381,7 @@ class Speaker:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
         when the desired routes changed (a pass that changes nothing sends nothing)."""
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
-        if self._heap_freeze is None:
-            self._heap_freeze = asyncio.get_running_loop().call_later(GC_FREEZE_AFTER, _freeze_heap)
+        self._first_decision.set()
         if self.reconciler.last_duration is not None:
             self.metrics.observe_reconcile(self.reconciler.last_duration)
         # The Decider says whether the desired set changed (no second by_peer() and
@@ -392,6 +395,12 @@ class Speaker:
             first = min(first, self._unconverged[0])
         self._unconverged = (first, now)
         self._applied.set()
+
+    async def _freeze_heap_once(self) -> None:
+        """See _freeze_heap: once the first decision's routes reached ExaBGP."""
+        await self._first_decision.wait()
+        await self.driver.wait_converged(within=GC_FREEZE_WITHIN)
+        _freeze_heap()
 
     async def _convergence(self) -> None:
         """Time "decision applied -> ExaBGP acknowledged everything", and the total."""
@@ -531,6 +540,7 @@ class Speaker:
                 tg.create_task(self._run_exabgp(), name="exabgp")
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
+                tg.create_task(self._freeze_heap_once(), name="heap-freeze")
                 if self.mqtt is not None:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()
@@ -543,8 +553,6 @@ class Speaker:
             code = 1
         finally:
             sys.setswitchinterval(previous_interval)
-            if self._heap_freeze is not None:
-                self._heap_freeze.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             with contextlib.suppress(Exception):
