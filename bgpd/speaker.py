@@ -400,7 +400,15 @@ class Speaker:
         """See _freeze_heap: once the first decision's routes reached ExaBGP."""
         await self._first_decision.wait()
         await self.driver.wait_converged(within=GC_FREEZE_WITHIN)
+        started = time.monotonic()
         _freeze_heap()
+        log(
+            _logger,
+            logging.INFO,
+            "speaker.heap_frozen",
+            objects=gc.get_freeze_count(),
+            seconds=round(time.monotonic() - started, 3),
+        )
 
     async def _convergence(self) -> None:
         """Time "decision applied -> ExaBGP acknowledged everything", and the total."""

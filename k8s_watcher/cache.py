@@ -11,6 +11,11 @@ events becomes one wake-up); `snapshot()` rebuilds what the dirty keys touched:
 * a Node or Namespace change marks everything; Node heartbeats never get here because
   the informer drops events whose converted Node did not change.
 
+Snapshots share one copy of the Service and EndpointSlice indexes plus a small overlay of
+the keys changed since (no 10,000-entry copy per change), and `snapshot_changes()` also
+returns the Service keys the events touched since its previous call, so the speaker's
+incremental Decider looks at those Services only.
+
 No snapshot is meaningful before every kind finished its first list (`synced`): a
 half-filled cache would withdraw live routes. A re-list keeps the old cache until the
 new list is complete and emits only real differences; a watch cut or an API outage keeps
