@@ -616,7 +616,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     size = len(speaker.get(path))
                     print(
                         f"GET {path} at {total} routes: {(time.monotonic() - t0) * 1000:.0f} ms "
-                        f"({size / 1024:.0f} KiB; the speaker's event loop serves it)",
+                        f"({size / 1024:.0f} KiB)",
                         flush=True,
                     )
                 speaker_latency(sim, speaker, bird, args.changes_big, f"{total + 2} Services")
