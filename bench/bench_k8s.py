@@ -15,7 +15,9 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
 1. bare ExaBGP: one change's latency, p50/p99 over ``--changes`` alternating
    ``announce``/``withdraw route`` commands written to its API process, to the route
    appearing at (leaving) BIRD; then ``--services`` routes announced (at most 200
-   unacknowledged) and the RSS of ExaBGP and of its trivial API process;
+   unacknowledged), the RSS of ExaBGP and of its trivial API process, and one change's
+   latency again over ``--changes-big`` changes while ExaBGP holds those routes (the
+   bare figure to set the speaker's at ``--services`` against);
 2. the speaker with 2 Local Services, then with ``--load-services`` more: one change's
    latency over ``--changes`` changes, from just before the store write that makes a
    Service's only (node1) endpoint ready or not ready to the route appearing at
@@ -36,7 +38,8 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    (``show route where source = RTS_BGP count`` every 20 ms);
 5. the speaker's RSS (daemon, ExaBGP, helper) at that size, the time of one GET of its
    ``/metrics`` and ``/status``, then one change's latency again over ``--changes-big``
-   changes with all those Services in the cluster.
+   changes with all those Services in the cluster, and once more while another thread
+   GETs ``/metrics`` back to back (what a Prometheus scrape costs a route change).
 
 Everything it creates (namespaces, BIRD, ExaBGP, speaker) is removed at the end.
 """
@@ -54,6 +57,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -382,6 +386,30 @@ def speaker_latency(
     )
 
 
+def latency_while_scraping(
+    sim: NetnsApiSimulator, speaker: Speaker, bird: BirdCtl, changes: int, what: str
+) -> None:
+    stop = threading.Event()
+    scrapes = [0]
+
+    def scrape() -> None:
+        while not stop.is_set():
+            speaker.get("/metrics")
+            scrapes[0] += 1
+
+    thread = threading.Thread(target=scrape, name="scraper", daemon=True)
+    thread.start()
+    try:
+        v = timed(
+            f"speaker latency while scraping, {what}", lambda: latency_speaker(sim, bird, changes)
+        )
+    finally:
+        stop.set()
+        thread.join()
+    summary(f"speaker EndpointSlice write -> BIRD ({what}, /metrics scraped back to back)", v)
+    print(f"  {scrapes[0]} scrapes of /metrics meanwhile", flush=True)
+
+
 def start_load(sim: NetnsApiSimulator, services: int, rate: int) -> dict[str, Any]:
     """Start the writer coroutine in the simulator's loop; returns its shared state."""
     import asyncio
@@ -520,6 +548,11 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     f"RSS ExaBGP {exa / 1024:.1f} MiB, API process {helper / 1024:.1f} MiB",
                     flush=True,
                 )
+                v = timed(
+                    "bare latency, routes held",
+                    lambda: latency_bare(bare, bird, args.changes_big),
+                )
+                summary(f"bare ExaBGP announce/withdraw -> BIRD ({args.services} routes held)", v)
             finally:
                 bare.close()
             deadline = time.monotonic() + 60
@@ -583,10 +616,13 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     size = len(speaker.get(path))
                     print(
                         f"GET {path} at {total} routes: {(time.monotonic() - t0) * 1000:.0f} ms "
-                        f"({size / 1024:.0f} KiB; the speaker's event loop serves it)",
+                        f"({size / 1024:.0f} KiB)",
                         flush=True,
                     )
                 speaker_latency(sim, speaker, bird, args.changes_big, f"{total + 2} Services")
+                latency_while_scraping(
+                    sim, speaker, bird, args.changes_big, f"{total + 2} Services"
+                )
             finally:
                 speaker.stop()
                 log_tail(speaker)

@@ -59,7 +59,7 @@ from __future__ import annotations
 import bisect
 import functools
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bgpd.attributes import parse_community, parse_u32
@@ -349,8 +349,21 @@ def aggregate(ip: IPAddress, length: int) -> IPNetwork:
     return ipaddress.IPv6Network((net, length))
 
 
+@functools.lru_cache(maxsize=65536)
+def prefix_text(prefix: IPNetwork) -> str:
+    """str(prefix), memoised: ipaddress builds the text in Python (~6 us), and status,
+    metrics and explain render the same few thousand prefixes on every request."""
+    return str(prefix)
+
+
 def route_sort_key(route: Route) -> tuple[str, int, int, int]:
-    return _target_key(route.peer, route.prefix)
+    return route_key(route.peer, route.prefix)
+
+
+def route_key(peer: str, prefix: IPNetwork) -> tuple[str, int, int, int]:
+    """route_sort_key of the route at (peer, prefix), to find it in a Decision by
+    bisection."""
+    return (peer, prefix.version, int(prefix.network_address), prefix.prefixlen)
 
 
 def skip_sort_key(skip: Skip) -> tuple[str, int, int, str, str]:
@@ -498,20 +511,33 @@ _SkipKey = tuple[str, int, int, str, str]
 
 
 class Decider:
-    """decide() made incremental: the same Decision for the same inputs (a property test
-    checks it step by step), at a cost close to the number of changed Services.
+    """decide() made incremental: the same Decision for the same inputs (property tests
+    check it step by step), at a cost close to the number of changed Services.
 
     It memoises each Service's part keyed by its inputs (the Service object and its
     EndpointSlices, by identity, else by equality; the watcher's snapshots reuse the
     frozen objects that did not change) and keeps the merged routes per (peer, prefix),
     rebuilding only the routes a changed Service touched. Routes and skips stay in
-    sorted lists updated by bisection, so no pass sorts everything again. A different
-    config, node name or Node object starts from scratch. State, but no I/O, no
-    logging, no clock."""
+    sorted lists updated by bisection, so no pass sorts everything again, and a route
+    whose merge comes out equal keeps its Route object. A different config, node name or
+    Node object starts from scratch. State, but no I/O, no logging, no clock.
+
+    `decide(..., changed=keys)` looks only at those Service keys: the caller promises
+    that every other Service and its EndpointSlices are as in the snapshot of this
+    Decider's previous decide() (the Kubernetes source knows which keys its events
+    touched). Without `changed`, every Service is compared (by identity first, so
+    unchanged ones cost a dictionary look-up each).
+
+    After each decide(): `last_changes`, the (peer, prefix) whose Route may differ from
+    the previous decide()'s (None when everything may have: the first call, or a new
+    context), and `desired_changed`, whether desired() differs from the previous one.
+    """
 
     def __init__(self) -> None:
         self._key: tuple[Config, NodeName, Node | None] | None = None
         self._reset(None)
+        self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
+        self.desired_changed = False
 
     def _reset(self, ctx: _Context | None) -> None:
         self._ctx = ctx
@@ -519,17 +545,20 @@ class Decider:
         #: route_sort_key of (peer, prefix) -> contributing Services and contributions.
         self._groups: dict[_RouteKey, dict[ServiceKey, list[_Contribution]]] = {}
         self._routes: dict[_RouteKey, Route] = {}
+        #: Route keys, sorted, and their Routes at the same positions.
         self._route_order: list[_RouteKey] = []
-        #: What desired() returns, and the prefix of each route key.
+        self._route_list: list[Route] = []
+        #: What desired() returns, kept per route.
         self._by_peer: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
-        self._prefixes: dict[_RouteKey, IPNetwork] = {}
-        #: skip_sort_key -> Skip and how many Services hold it (equal keys: equal Skips).
-        self._skips: dict[_SkipKey, tuple[Skip, int]] = {}
+        #: skip_sort_key of every Skip (equal keys: equal Skips), sorted, and the Skips.
         self._skip_order: list[_SkipKey] = []
-        #: Counts skip insertions and removals: the skipped tuple is rebuilt on a change.
-        self._skip_version = 0
+        self._skip_list: list[Skip] = []
         self._sorted_routes: tuple[Route, ...] = ()
         self._sorted_skips: tuple[Skip, ...] = ()
+        #: Set by _add/_remove/_rebuild during one decide().
+        self._routes_moved = False
+        self._skips_moved = False
+        self._changes: dict[PeerName, set[IPNetwork]] = {}
 
     def _same_context(self, config: Config, node: NodeName, node_obj: Node | None) -> bool:
         if self._key is None:
@@ -541,21 +570,45 @@ class Decider:
             and (o is node_obj or (o is not None and node_obj is not None and o == node_obj))
         )
 
-    def decide(self, config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decision:
+    def decide(
+        self,
+        config: Config,
+        snapshot: ClusterSnapshot,
+        node: NodeName,
+        *,
+        changed: Collection[ServiceKey] | None = None,
+    ) -> Decision:
         node_obj = snapshot.nodes.get(node)
+        before: dict[PeerName, dict[IPNetwork, RouteAttributes]] | None = None
         if self._ctx is None or not self._same_context(config, node, node_obj):
+            before = self._by_peer
             self._key = (config, node, node_obj)
             self._reset(_context(config, node_obj, node))
+            changed = None
         ctx = self._ctx
         assert ctx is not None
         memo = self._memo
         services = snapshot.services
         all_slices = snapshot.endpoint_slices
         dirty: set[_RouteKey] = set()
-        skip_version = self._skip_version
-        for gone in memo.keys() - services.keys():
-            self._remove(gone, memo.pop(gone).part, dirty)
-        for key, svc in services.items():
+        self._routes_moved = self._skips_moved = False
+        self._changes = {}
+        self.desired_changed = False
+        walk: Iterable[tuple[ServiceKey, Service]]
+        if changed is None:
+            for gone in memo.keys() - services.keys():
+                self._remove(gone, memo.pop(gone).part, dirty)
+            walk = services.items()
+        else:
+            present: list[tuple[ServiceKey, Service]] = []
+            for key in changed:
+                svc = services.get(key)
+                if svc is not None:
+                    present.append((key, svc))
+                elif (held := memo.pop(key, None)) is not None:
+                    self._remove(key, held.part, dirty)
+            walk = present
+        for key, svc in walk:
             slices = all_slices.get(key, ())
             held = memo.get(key)
             if (
@@ -577,19 +630,24 @@ class Decider:
                 memo[key] = _Memo(svc, slices, part)
             self._add(key, part, dirty)
         self._rebuild(dirty)
-        if dirty:
-            self._sorted_routes = tuple(map(self._routes.__getitem__, self._route_order))
-        if self._skip_version != skip_version:
-            self._sorted_skips = tuple(self._skips[k][0] for k in self._skip_order)
+        if self._routes_moved:
+            self._sorted_routes = tuple(self._route_list)
+        if self._skips_moved:
+            self._sorted_skips = tuple(self._skip_list)
+        if before is None:
+            self.last_changes = self._changes
+        else:
+            self.last_changes = None
+            self.desired_changed = before != self._by_peer
         return Decision(node=node, routes=self._sorted_routes, skipped=self._sorted_skips)
 
     def _add(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
         for skip in part.skips:
             sk = skip_sort_key(skip)
-            held = self._skips.get(sk)
-            self._skips[sk] = (skip, 1 if held is None else held[1] + 1)
-            bisect.insort(self._skip_order, sk)
-            self._skip_version += 1
+            at = bisect.bisect_left(self._skip_order, sk)
+            self._skip_order.insert(at, sk)
+            self._skip_list.insert(at, skip)
+            self._skips_moved = True
         for contribution in part.contributions:
             target = _target_key(contribution[0], contribution[1])
             self._groups.setdefault(target, {}).setdefault(key, []).append(contribution)
@@ -597,14 +655,10 @@ class Decider:
 
     def _remove(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
         for skip in part.skips:
-            sk = skip_sort_key(skip)
-            del self._skip_order[bisect.bisect_left(self._skip_order, sk)]
-            held, count = self._skips[sk]
-            if count == 1:
-                del self._skips[sk]
-            else:
-                self._skips[sk] = (held, count - 1)
-            self._skip_version += 1
+            at = bisect.bisect_left(self._skip_order, skip_sort_key(skip))
+            del self._skip_order[at]
+            del self._skip_list[at]
+            self._skips_moved = True
         for peer_name, prefix, *_ in part.contributions:
             target = _target_key(peer_name, prefix)
             group = self._groups.get(target)
@@ -613,33 +667,59 @@ class Decider:
             dirty.add(target)
 
     def _rebuild(self, dirty: set[_RouteKey]) -> None:
-        """Merge again the routes whose contributions changed; keep the order sorted."""
+        """Merge again the routes whose contributions changed; keep the order sorted. A
+        route that merges to an equal Route keeps its object (and is no change)."""
         for target in dirty:
             group = self._groups.get(target)
+            old = self._routes.get(target)
             if not group:
                 self._groups.pop(target, None)
-                if self._routes.pop(target, None) is not None:
-                    del self._route_order[bisect.bisect_left(self._route_order, target)]
-                    peer_routes = self._by_peer[target[0]]
-                    del peer_routes[self._prefixes.pop(target)]
+                if old is not None:
+                    del self._routes[target]
+                    at = bisect.bisect_left(self._route_order, target)
+                    del self._route_order[at]
+                    del self._route_list[at]
+                    peer_routes = self._by_peer[old.peer]
+                    del peer_routes[old.prefix]
                     if not peer_routes:
-                        del self._by_peer[target[0]]
+                        del self._by_peer[old.peer]
+                    self._changed(old)
+                    self.desired_changed = True
                 continue
             merged = _Merged()
             for service, contributions in group.items():
                 for _, _, adv, peer, wanted in contributions:
                     merged.add(service, adv, peer, wanted)
-            if target not in self._routes:
-                bisect.insort(self._route_order, target)
             peer_name, prefix, *_ = next(iter(group.values()))[0]
-            route = self._routes[target] = merged.route(peer_name, prefix)
-            self._prefixes[target] = prefix
+            route = merged.route(peer_name, prefix)
+            at = bisect.bisect_left(self._route_order, target)
+            if old is None:
+                self._route_order.insert(at, target)
+                self._route_list.insert(at, route)
+                self.desired_changed = True
+            elif old == route:
+                continue
+            else:
+                self._route_list[at] = route
+                self.desired_changed |= old.attributes != route.attributes
+            self._routes[target] = route
             self._by_peer.setdefault(peer_name, {})[prefix] = route.attributes
+            self._changed(route)
+
+    def _changed(self, route: Route) -> None:
+        self._routes_moved = True
+        self._changes.setdefault(route.peer, set()).add(route.prefix)
 
     def desired(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
         """The last Decision's by_peer(), kept up to date per route rather than rebuilt
         from all routes (a fresh copy: C-speed dictionary copies)."""
         return {peer: dict(routes) for peer, routes in self._by_peer.items()}
+
+    def desired_view(self) -> Mapping[PeerName, Mapping[IPNetwork, RouteAttributes]]:
+        """desired() without the copy: the Decider's own per-peer dictionaries, valid
+        until the next decide() (read them, keep nothing; with `last_changes`, what a
+        driver needs to update its copy in O(changes))."""
+        return self._by_peer
 
 
 def _target_key(peer: PeerName, prefix: IPNetwork) -> _RouteKey:

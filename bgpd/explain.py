@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from bgpd.decision import decide
+from bgpd.decision import decide, prefix_text
 from bgpd.model import (
     ClusterSnapshot,
     Config,
@@ -65,7 +65,7 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     routes: list[JSONValue] = [
         {
             "service": key,
-            "prefix": str(r.prefix),
+            "prefix": prefix_text(r.prefix),
             "peer": r.peer,
             "communities": list(r.attributes.communities),
             "largeCommunities": list(r.attributes.large_communities),

@@ -41,8 +41,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
+from prometheus_client.samples import Sample
 
 from bgpd import __version__
+from bgpd.decision import prefix_text
 from bgpd.model import (
     ClusterSnapshot,
     Decision,
@@ -275,12 +277,42 @@ PoolUsage = Mapping[PoolName, tuple[int, int]]
 _Family = GaugeMetricFamily | CounterMetricFamily
 
 
+class _LateGauge(GaugeMetricFamily):
+    """A gauge family whose samples are built when first read, by `fill`, from immutable
+    data captured at collect time (a Decision, a snapshot, a copy of the acknowledged
+    routes). The per-route families of 10,000s of routes are then built where they are
+    encoded, in /metrics' worker thread, not in the speaker's event loop; any other
+    reader (generate_latest in tests) gets the same samples."""
+
+    def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
+        self._fill: Callable[[GaugeMetricFamily], None] | None = None
+        super().__init__(name, documentation, labels=labels)
+
+    def defer(self, fill: Callable[[GaugeMetricFamily], None]) -> None:
+        self._fill = fill
+
+    @property
+    def samples(self) -> list[Sample]:
+        fill, self._fill = self._fill, None
+        if fill is not None:
+            fill(self)
+        return self._late_samples
+
+    @samples.setter
+    def samples(self, value: list[Sample]) -> None:
+        self._late_samples = value
+
+
 def _name(short: str) -> str:
     return f"{PREFIX}_{short}"
 
 
 def _gauge(short: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamily:
     return GaugeMetricFamily(_name(short), doc, labels=list(labels))
+
+
+def _late_gauge(short: str, doc: str, labels: Iterable[str] = ()) -> _LateGauge:
+    return _LateGauge(_name(short), doc, labels=list(labels))
 
 
 def _counter(short: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
@@ -302,6 +334,23 @@ def serving_services(decision: Decision, snapshot: ClusterSnapshot | None) -> di
     if snapshot is None:
         return {}
     return {k: sum(1 for ep in snapshot.endpoints_of(k) if ep.can_serve) for k in sorted(keys)}
+
+
+def _announced_samples(family: GaugeMetricFamily, decision: Decision, ack: DesiredRoutes) -> None:
+    # The decision is already ordered (peer, prefix); the text of each prefix is
+    # memoised (prefix_text), the rest is one sample per route and Service.
+    for route in decision.routes:
+        value = 1 if route.prefix in ack.get(route.peer, {}) else 0
+        prefix = prefix_text(route.prefix)
+        for svc in route.services:
+            family.add_metric([svc, prefix, route.peer], value)
+
+
+def _serving_samples(
+    family: GaugeMetricFamily, decision: Decision, snapshot: ClusterSnapshot | None
+) -> None:
+    for svc, count in serving_services(decision, snapshot).items():
+        family.add_metric([svc], count)
 
 
 # --------------------------------------------------------------------------- collectors
@@ -350,18 +399,16 @@ class SpeakerCollector(Collector):
 
         decision = view.last_decision()
         if decision is not None:
+            # Per route and per Service: built late (see _LateGauge) from the immutable
+            # decision and snapshot and a copy of what ExaBGP acknowledged.
             ack = view.acknowledged()
-            # The decision is already ordered (peer, prefix); with 10,000s of routes the
-            # text of each prefix is the main cost, so it is built once per route.
-            for route in decision.routes:
-                value = 1 if route.prefix in ack.get(route.peer, {}) else 0
-                prefix = str(route.prefix)
-                for svc in route.services:
-                    announced.add_metric([svc, prefix, route.peer], value)
+            snapshot = view.last_snapshot()
+            assert isinstance(announced, _LateGauge)
+            assert isinstance(serving, _LateGauge)
+            announced.defer(lambda family: _announced_samples(family, decision, ack))
+            serving.defer(lambda family: _serving_samples(family, decision, snapshot))
             for reason, count in sorted(skipped_counts(decision).items()):
                 skipped.add_metric([reason.value], count)
-            for svc, count in serving_services(decision, view.last_snapshot()).items():
-                serving.add_metric([svc], count)
 
         for kind, n in sorted(view.commands_sent().items()):
             commands.add_metric([kind], n)
@@ -398,7 +445,7 @@ class SpeakerCollector(Collector):
                 "Announce or withdraw commands for the peer not yet acknowledged by ExaBGP.",
                 ["peer"],
             ),
-            _gauge(
+            _late_gauge(
                 "service_announced",
                 "Per Service, prefix and peer this node decided to announce: 1 once ExaBGP "
                 "acknowledged it, 0 while pending. Absent when not announced.",
@@ -409,7 +456,7 @@ class SpeakerCollector(Collector):
                 "LoadBalancer Services this node does not announce (some IP), by reason.",
                 ["reason"],
             ),
-            _gauge(
+            _late_gauge(
                 "service_serving_endpoints",
                 "Endpoints in the cluster that can serve, per Service this speaker handles.",
                 ["service"],

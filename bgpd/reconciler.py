@@ -5,21 +5,35 @@
 Level-triggered: a change only says "look again"; every pass decides from the whole
 snapshot (bgpd.decision.Decider recomputes only the Services whose objects changed and
 gives exactly decide()'s answer), so missed or coalesced events cannot leave a wrong
-route behind. Gated on sync: no decision before the source finished its first list,
-and none while it is stale (watch broken, API unreachable, bad cluster file), because
-a half-filled or outdated cache would withdraw live routes; the last applied set stays
-in place meanwhile (MetalLB's initial-load rule, kopf's LISTED marker).
+route behind. A source that knows which Service keys its events touched
+(``snapshot_changes()``, the Kubernetes watcher) lets the Decider look at those only, and
+a sink that takes changes (``apply_changes()``, the ExaBGP driver) is handed only the
+(peer, prefix) whose route changed: one EndpointSlice change then costs about one
+Service, not all of them. Any doubt (first pass, new config or Node, a pass that did not
+finish) falls back to the whole set.
+
+Gated on sync: no decision before the source finished its first list, and none while
+it is stale (watch broken, API unreachable, bad cluster file), because a half-filled or
+outdated cache would withdraw live routes; the last applied set stays in place
+meanwhile (MetalLB's initial-load rule, kopf's LISTED marker).
 
 Public API (the Kubernetes watcher implements SnapshotSource against it):
 
 * ``SnapshotSource``: ``synced``, ``stale``, ``snapshot()``, ``await wait_changed()``
-  (returns time.monotonic() of the first change of the batch, for convergence metrics).
-* ``RouteSink``: ``apply(desired)`` (the ExaBGP driver).
+  (returns time.monotonic() of the first change of the batch, for convergence metrics);
+  optionally ``snapshot_changes() -> (snapshot, keys | None)`` (``ChangeSource``): the
+  Service keys whose Service or EndpointSlices may differ from the snapshot its previous
+  call returned (None: anything may have). Only the reconciler may call it.
+* ``RouteSink``: ``apply(desired)`` (the ExaBGP driver); optionally
+  ``apply_changes(desired, changed)`` (``ChangeSink``): only the prefixes in ``changed``
+  (per peer) may differ from the previous apply; ``desired`` is read, never kept.
 * ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0,
   before_apply=None, on_reconciled=None)``; ``await run()``; ``kick()`` (decide again,
   e.g. after a config reload); ``set_config(config)``; ``reconcile_once(first_change)``;
   read-only ``last_decision``, ``last_snapshot``, ``last_latency`` (seconds from the
-  first change to apply), ``last_duration`` (seconds the pass took), ``decisions``
+  first change to apply), ``last_duration`` (seconds the pass took), ``last_changes``
+  (peer -> prefixes whose route changed in the last pass, None: unknown, maybe all),
+  ``desired_changed`` (the last pass changed the desired route set), ``decisions``
   (count), ``skipped_unsynced``, ``skipped_stale``.
 
 This module decides nothing itself (bgpd.decision does) and knows no ExaBGP text.
@@ -31,12 +45,22 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Protocol, runtime_checkable
 
 from bgpd.decision import Decider
 from bgpd.logs import log
-from bgpd.model import ClusterSnapshot, Config, Decision, DesiredRoutes, NodeName
+from bgpd.model import (
+    ClusterSnapshot,
+    Config,
+    Decision,
+    DesiredRoutes,
+    IPNetwork,
+    NodeName,
+    PeerName,
+    ServiceKey,
+)
 
 _logger = logging.getLogger("bgpd.reconciler")
 
@@ -60,8 +84,26 @@ class SnapshotSource(Protocol):
         ...
 
 
+@runtime_checkable
+class ChangeSource(Protocol):
+    def snapshot_changes(self) -> tuple[ClusterSnapshot, AbstractSet[ServiceKey] | None]:
+        """snapshot(), and the keys of the Services whose Service or EndpointSlices may
+        differ from the snapshot the previous call returned (None: any may)."""
+        ...
+
+
 class RouteSink(Protocol):
     def apply(self, desired: DesiredRoutes) -> None: ...
+
+
+@runtime_checkable
+class ChangeSink(Protocol):
+    def apply_changes(
+        self, desired: DesiredRoutes, changed: Mapping[PeerName, AbstractSet[IPNetwork]]
+    ) -> None:
+        """apply(desired) when only the prefixes in `changed` may differ from the
+        previous apply; `desired` is read during the call, not kept."""
+        ...
 
 
 class Reconciler:
@@ -91,6 +133,8 @@ class Reconciler:
         self.last_latency: float | None = None
         #: Seconds the last pass took (snapshot, decide, render, apply): a metric.
         self.last_duration: float | None = None
+        self.last_changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None
+        self.desired_changed = False
         self.decisions = 0
         self.skipped_unsynced = 0
         self.skipped_stale = 0
@@ -98,6 +142,14 @@ class Reconciler:
         self._kicked_at: float | None = None
         #: decide() made incremental: a pass costs about the Services that changed.
         self._decider = Decider()
+        #: The source's changed keys and the sink's changes path, when they offer them.
+        self._changes_of = source.snapshot_changes if isinstance(source, ChangeSource) else None
+        self._apply_changes = sink.apply_changes if isinstance(sink, ChangeSink) else None
+        #: Whether the Decider decided from the source's previous snapshot_changes(), and
+        #: whether the sink got the Decider's previous result: only then are the keys
+        #: and changes relative to what they hold (a pass that raised breaks the chain).
+        self._decider_current = False
+        self._sink_current = False
 
     def set_config(self, config: Config) -> None:
         self.config = config
@@ -120,11 +172,27 @@ class Reconciler:
             log(_logger, logging.WARNING, "reconcile.source_stale", keeping="last applied routes")
             return None
         started = time.monotonic()
-        snapshot = self.source.snapshot()
-        decision = self._decider.decide(self.config, snapshot, self.node)
+        decider = self._decider
+        changed: AbstractSet[ServiceKey] | None = None
+        if self._changes_of is not None:
+            snapshot, changed = self._changes_of()
+            if not self._decider_current:
+                changed = None
+        else:
+            snapshot = self.source.snapshot()
+        self._decider_current = False
+        decision = decider.decide(self.config, snapshot, self.node, changed=changed)
+        self._decider_current = self._changes_of is not None
+        sink_current, self._sink_current = self._sink_current, False
+        self.last_changes = decider.last_changes
+        self.desired_changed = decider.desired_changed
         if self.before_apply is not None:
             self.before_apply(self.config, snapshot, decision)
-        self.sink.apply(self._decider.desired())
+        if self._apply_changes is not None and sink_current and self.last_changes is not None:
+            self._apply_changes(decider.desired_view(), self.last_changes)
+        else:
+            self.sink.apply(decider.desired())
+        self._sink_current = True
         self.last_snapshot = snapshot
         self.last_decision = decision
         self.decisions += 1

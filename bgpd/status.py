@@ -7,21 +7,42 @@ counters; what ``kube-bgpd status`` prints), ``POST /drain`` (RFC 8326 drain, wh
 ``add_routes()`` (the metrics helper adds ``/metrics``).
 
 It only serves what a ``StatusProvider`` (the speaker) gives it: it holds no state and
-knows nothing of ExaBGP or Kubernetes. It listens on loopback by default because
-``POST /drain`` withdraws the node's routes: exposing it is the operator's choice.
+knows nothing of ExaBGP or Kubernetes. The large parts of ``/status`` (10,000s of routes)
+come as ``Deferred`` values, built with the JSON text in a worker thread, so a request
+holds the speaker's event loop only for the copies ``status()`` makes.
+
+It listens on loopback by default because ``POST /drain`` withdraws the node's routes:
+exposing it is the operator's choice.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiohttp import web
 
 
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A value of the status document built later, off the event loop, by `build`:
+    `build` must read only data that cannot change (a Decision, a copy made when
+    status() ran)."""
+
+    build: Callable[[], Any]
+
+
+def materialise(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The document with every Deferred value built."""
+    return {k: v.build() if isinstance(v, Deferred) else v for k, v in doc.items()}
+
+
 class StatusProvider(Protocol):
     def status(self) -> Mapping[str, Any]:
-        """The JSON document of GET /status."""
+        """The JSON document of GET /status (values may be Deferred)."""
         ...
 
     def health(self) -> tuple[bool, str]: ...
@@ -82,7 +103,9 @@ class StatusServer:
         return web.Response(text=why + "\n", status=200 if ok else 503)
 
     async def _status(self, _request: web.Request) -> web.Response:
-        return web.json_response(dict(self.provider.status()))
+        doc = self.provider.status()
+        body = await asyncio.to_thread(lambda: json.dumps(materialise(doc)).encode())
+        return web.Response(body=body, content_type="application/json")
 
     async def _drain(self, _request: web.Request) -> web.Response:
         return web.json_response(dict(await self.provider.drain()), status=202)

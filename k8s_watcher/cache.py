@@ -11,6 +11,11 @@ events becomes one wake-up); `snapshot()` rebuilds what the dirty keys touched:
 * a Node or Namespace change marks everything; Node heartbeats never get here because
   the informer drops events whose converted Node did not change.
 
+Snapshots share one copy of the Service and EndpointSlice indexes plus a small overlay of
+the keys changed since (no 10,000-entry copy per change), and `snapshot_changes()` also
+returns the Service keys the events touched since its previous call, so the speaker's
+incremental Decider looks at those Services only.
+
 No snapshot is meaningful before every kind finished its first list (`synced`): a
 half-filled cache would withdraw live routes. A re-list keeps the old cache until the
 new list is complete and emits only real differences; a watch cut or an API outage keeps
@@ -28,10 +33,12 @@ import asyncio
 import base64
 import binascii
 import logging
+import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from bgpd.logs import log
 from bgpd.model import (
@@ -39,6 +46,7 @@ from bgpd.model import (
     Config,
     Decision,
     EndpointSlice,
+    IPNetwork,
     Namespace,
     Node,
     NodeName,
@@ -69,6 +77,117 @@ def _is_lb(service: Service | None) -> bool:
     return service is not None and service.type == "LoadBalancer"
 
 
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Gone:
+    """Marks a key deleted since the base, in a _Layered overlay."""
+
+
+_GONE = _Gone()
+
+
+class _Layered(Mapping[K, V]):
+    """A read-only mapping: a frozen base dictionary (shared by many snapshots, never
+    changed) with a small overlay of the keys changed since (_GONE: deleted). Look-ups
+    cost two dictionary look-ups; iterating builds the merged dictionary once."""
+
+    __slots__ = ("_base", "_len", "_merged", "_overlay")
+
+    def __init__(self, base: dict[K, V], overlay: dict[K, V | _Gone]) -> None:
+        self._base = base
+        self._overlay = overlay
+        size = len(base)
+        for key, value in overlay.items():
+            size += (value is not _GONE) - (key in base)
+        self._len = size
+        self._merged: dict[K, V] | None = None if overlay else base
+
+    def __getitem__(self, key: K) -> V:
+        overlay = self._overlay
+        if key in overlay:
+            value = overlay[key]
+            if isinstance(value, _Gone):
+                raise KeyError(key)
+            return value
+        return self._base[key]
+
+    def __contains__(self, key: object) -> bool:
+        overlay = self._overlay
+        if key in overlay:
+            return not isinstance(overlay[key], _Gone)
+        return key in self._base
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._full())
+
+    def _full(self) -> dict[K, V]:
+        if self._merged is None:
+            merged = dict(self._base)
+            for key, value in self._overlay.items():
+                if isinstance(value, _Gone):
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
+            self._merged = merged
+        return self._merged
+
+    def keys(self) -> KeysView[K]:
+        return self._full().keys()
+
+    def items(self) -> ItemsView[K, V]:
+        return self._full().items()
+
+    def values(self) -> ValuesView[V]:
+        return self._full().values()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Layered):
+            return self._full() == other._full()
+        if isinstance(other, Mapping):
+            return self._full() == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"_Layered({self._full()!r})"
+
+
+class _Index(Generic[K, V]):
+    """A live dictionary and the read-only mappings snapshots get of it. Each mapping
+    shares one frozen copy and carries only the keys changed since that copy was taken;
+    once those outnumber about the square root of the size, a new copy is taken. So a
+    snapshot after one change costs about that change (amortised), not a copy of
+    10,000 entries, and a snapshot never changes after it was handed out."""
+
+    def __init__(self, *, compact_after: int = 64) -> None:
+        self.live: dict[K, V] = {}
+        self._base: dict[K, V] = {}
+        self._changed: set[K] = set()
+        self._mapping: _Layered[K, V] | None = None
+        self._compact_after = compact_after
+
+    def touch(self, key: K) -> None:
+        """`key` was set or deleted in `live`."""
+        self._changed.add(key)
+        self._mapping = None
+
+    def mapping(self) -> Mapping[K, V]:
+        if self._mapping is None:
+            if len(self._changed) > max(self._compact_after, math.isqrt(len(self.live))):
+                self._base = dict(self.live)
+                self._changed.clear()
+            live = self.live
+            overlay: dict[K, V | _Gone] = {k: live.get(k, _GONE) for k in self._changed}
+            self._mapping = _Layered(self._base, overlay)
+        return self._mapping
+
+
 class KubernetesSource:
     """Implements bgpd.reconciler.SnapshotSource on informers.
 
@@ -89,16 +208,23 @@ class KubernetesSource:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._clock = clock
-        self._services: dict[ServiceKey, Service] = {}
+        #: Services and, per Service, its EndpointSlices sorted by name: the two big
+        #: indexes, which snapshots share rather than copy (see _Index).
+        self._service_index: _Index[ServiceKey, Service] = _Index()
+        self._services = self._service_index.live
         #: service key -> slice key -> slice
         self._slices: dict[ServiceKey, dict[str, EndpointSlice]] = {}
-        self._slice_tuples: dict[ServiceKey, tuple[EndpointSlice, ...]] = {}
+        self._slice_index: _Index[ServiceKey, tuple[EndpointSlice, ...]] = _Index()
+        self._slice_tuples = self._slice_index.live
         self._nodes: dict[NodeName, Node] = {}
         self._namespaces: dict[str, Namespace] = {}
         self._dirty: set[ServiceKey] = set()
+        #: Service keys touched since snapshot_changes() last handed out a snapshot; None
+        #: until its first call (a source nobody asks, the controller's, keeps no set).
+        self._touched: set[ServiceKey] | None = None
         self._snapshot: ClusterSnapshot | None = None
         #: The last snapshot built, whose unchanged indexes the next one reuses, and which
-        #: indexes changed since ("services", "slices", "nodes", "namespaces").
+        #: small indexes changed since ("nodes", "namespaces").
         self._built: ClusterSnapshot | None = None
         self._changed_parts: set[str] = set()
         #: The snapshot last handed out (what the last decision was made from).
@@ -144,9 +270,10 @@ class KubernetesSource:
 
     def snapshot(self) -> ClusterSnapshot:
         """The cluster now, as far as we know. Cheap when nothing changed (the same object
-        is returned); otherwise the dirty Services' slice groups are rebuilt and only the
-        indexes that changed are copied (an endpoint change does not copy 10,000
-        Services), so a snapshot never changes after it was handed out."""
+        is returned); otherwise the dirty Services' slice groups are rebuilt, the big
+        indexes are handed out as layers over a shared copy (_Index: an endpoint change
+        copies neither 10,000 Services nor 10,000 slice groups) and only the small ones
+        that changed are copied, so a snapshot never changes after it was handed out."""
         if self._snapshot is not None and not self._dirty:
             self.last_snapshot = self._snapshot
             return self._snapshot
@@ -156,8 +283,7 @@ class KubernetesSource:
                 self._slice_tuples[key] = tuple(sorted(by_name.values(), key=lambda s: s.name))
             else:
                 self._slice_tuples.pop(key, None)
-        if self._dirty:
-            self._changed_parts.add("slices")
+            self._slice_index.touch(key)
         self._dirty.clear()
         built, parts = self._built, self._changed_parts
 
@@ -168,14 +294,25 @@ class KubernetesSource:
             return getattr(built, field)
 
         self._snapshot = self._built = ClusterSnapshot(
-            services=index("services", "services", self._services),
-            endpoint_slices=index("endpoint_slices", "slices", self._slice_tuples),
+            services=self._service_index.mapping(),
+            endpoint_slices=self._slice_index.mapping(),
             nodes=index("nodes", "nodes", self._nodes),
             namespaces=index("namespaces", "namespaces", self._namespaces),
         )
         parts.clear()
         self.last_snapshot = self._snapshot
         return self._snapshot
+
+    def snapshot_changes(self) -> tuple[ClusterSnapshot, AbstractSet[ServiceKey] | None]:
+        """snapshot(), and the keys of the Services whose Service object or EndpointSlices
+        may differ from those in the snapshot the previous call returned: every key the
+        events touched since, a superset (None on the first call: compare everything).
+        Node and Namespace changes add no key: they change no Service's own objects, and
+        the decision compares the Node itself. The reconciler's incremental Decider looks
+        at these keys only, so a change costs about the Services it touched, not all."""
+        snapshot = self.snapshot()
+        touched, self._touched = self._touched, set()
+        return snapshot, touched
 
     async def wait_changed(self) -> float:
         """Return once something relevant changed since the last call (after sync).
@@ -241,8 +378,10 @@ class KubernetesSource:
             self._services.pop(skey, None)
         else:
             self._services[skey] = new
+        self._service_index.touch(skey)
+        if self._touched is not None:
+            self._touched.add(skey)
         self._snapshot = None
-        self._changed_parts.add("services")
         if _is_lb(old) or _is_lb(new):
             self._dirty.add(skey)
             self._mark()
@@ -262,6 +401,8 @@ class KubernetesSource:
         if not touched:
             return
         self._dirty.update(touched)
+        if self._touched is not None:
+            self._touched.update(touched)
         self._snapshot = None
         if any(_is_lb(self._services.get(k)) for k in touched):
             self._mark()
@@ -375,12 +516,18 @@ class SpeakerSource(KubernetesSource):
         super().reload()
         self._secrets_wanted.set()
 
-    def observe_decision(self, decision: Decision) -> None:
-        """Record Events for Services this node started or stopped announcing."""
+    def observe_decision(
+        self,
+        decision: Decision,
+        changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None,
+    ) -> None:
+        """Record Events for Services this node started or stopped announcing.
+        `changes`: the (peer, prefix) whose route may differ from the previous decision's
+        (the reconciler's last_changes), None when unknown."""
         if self.announcements is not None:
             snap = self.last_snapshot
             services = snap.services if snap is not None else {}
-            self.announcements.observe(self._previous, decision, services)
+            self.announcements.observe(self._previous, decision, services, changes)
         self._previous = decision
 
     async def run(self) -> None:

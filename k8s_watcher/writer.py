@@ -17,17 +17,31 @@ This module must not decide anything; it only writes what it is told to.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from bgpd.decision import route_key, route_sort_key
 from bgpd.logs import log
-from bgpd.model import Decision, IPAddress, NodeName, Route, Service, ServiceKey, SkipReason
+from bgpd.model import (
+    Decision,
+    IPAddress,
+    IPNetwork,
+    NodeName,
+    PeerName,
+    Route,
+    Service,
+    ServiceKey,
+    Skip,
+    SkipReason,
+)
 from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path
 from k8s_watcher.errors import KubernetesError, NotFound
 
@@ -320,15 +334,38 @@ def _route_counts(decision: Decision | None) -> dict[ServiceKey, dict[str, int]]
     return out
 
 
-def _changed_routes(old: Decision | None, new: Decision) -> tuple[list[Route], list[Route]]:
+def _routes_at(
+    decision: Decision, changes: Mapping[PeerName, AbstractSet[IPNetwork]]
+) -> list[Route]:
+    """The routes of `decision` at these (peer, prefix), found by bisection (a Decision's
+    routes are sorted by route_sort_key)."""
+    routes = decision.routes
+    out: list[Route] = []
+    for peer, prefixes in changes.items():
+        for prefix in prefixes:
+            target = route_key(peer, prefix)
+            at = bisect.bisect_left(routes, target, key=route_sort_key)
+            if at < len(routes) and route_sort_key(routes[at]) == target:
+                out.append(routes[at])
+    return out
+
+
+def _changed_routes(
+    old: Decision | None,
+    new: Decision,
+    changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None,
+) -> tuple[list[Route], list[Route]]:
     """(routes only in old, routes only in new), by object identity: the speaker's
     incremental decider hands the same Route objects on for routes that did not change,
     so this is C-speed set work on ids; equal routes that are different objects count as
-    removed and added, which nets out in the counts."""
+    removed and added, which nets out in the counts. With `changes` (the (peer, prefix)
+    outside which the two decisions hold the same routes) only those are looked at."""
     before = old.routes if old is not None else ()
     after = new.routes
     if before is after:
         return [], []
+    if changes is not None and old is not None:
+        before, after = tuple(_routes_at(old, changes)), tuple(_routes_at(new, changes))
     old_ids = dict(zip(map(id, before), before, strict=True))
     new_ids = dict(zip(map(id, after), after, strict=True))
     return (
@@ -338,11 +375,17 @@ def _changed_routes(old: Decision | None, new: Decision) -> tuple[list[Route], l
 
 
 def skip_reason(decision: Decision, key: ServiceKey) -> tuple[SkipReason | None, str]:
-    """The first reason (and detail) `decide` gave for not announcing a Service."""
-    for skip in decision.skipped:
-        if skip.service == key:
-            return skip.reason, skip.detail
+    """The first reason (and detail) `decide` gave for not announcing a Service (found by
+    bisection: a Decision's skips are sorted by skip_sort_key, Service first)."""
+    skipped = decision.skipped
+    at = bisect.bisect_left(skipped, key, key=_skip_service)
+    if at < len(skipped) and skipped[at].service == key:
+        return skipped[at].reason, skipped[at].detail
     return None, ""
+
+
+def _skip_service(skip: Skip) -> ServiceKey:
+    return skip.service
 
 
 class AnnouncementEvents:
@@ -368,11 +411,15 @@ class AnnouncementEvents:
         old: Decision | None,
         new: Decision,
         services: Mapping[ServiceKey, Service] = _EMPTY_SERVICES,
+        changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None,
     ) -> None:
+        """`changes`, when known: the (peer, prefix) outside which `old` and `new` hold
+        the same Route objects (the reconciler's last_changes); then only those routes
+        are looked at, instead of every route of both decisions."""
         if old is None or old is not self._last:
             self._counts = _route_counts(old)
         counts = self._counts
-        removed, added = _changed_routes(old, new)
+        removed, added = _changed_routes(old, new, changes)
         was: dict[ServiceKey, bool] = {}
         for route in removed:
             for key in route.services:

@@ -12,6 +12,9 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   ExaBGP keeps nothing across a restart, so everything is replayed.
 * ``driver.apply(desired)``: the whole desired route set (peer -> prefix -> attributes).
   Never blocks; the sender converges in the background.
+  ``driver.apply_changes(desired, changed)``: the same when only the prefixes in
+  ``changed`` (per peer) may differ from the previous apply: costs those prefixes, not
+  the whole set (the reconciler's incremental path; ``desired`` is read, not kept).
 * ``await driver.wait_converged(within)``: True when ExaBGP acknowledged exactly the
   effective desired set and nothing is in flight.
 * ``driver.mode`` / ``driver.set_mode(DriverMode.DRAINING | WITHDRAWN | RETAINED |
@@ -55,6 +58,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -68,6 +72,7 @@ from bgpd.exabgp.plan import (
     drained,
     eor_command,
     plan,
+    restrict,
 )
 from bgpd.exabgp.render import Neighbor
 from bgpd.logs import log
@@ -140,6 +145,15 @@ def _copy(routes: DesiredRoutes) -> Routes:
     return {peer: dict(r) for peer, r in routes.items()}
 
 
+def _versions(routes: Mapping[IPNetwork, object]) -> dict[int, int]:
+    """How many prefixes of each IP version (C-speed when all are of one)."""
+    for family in (4, 6):
+        if _all_of_family(routes, family):
+            return {family: len(routes), 10 - family: 0}
+    counts = collections.Counter(p.version for p in routes)
+    return {4: counts[4], 6: counts[6]}
+
+
 class ExaBGPDriver:
     """See the module docstring for the public API and its reasons."""
 
@@ -175,6 +189,17 @@ class ExaBGPDriver:
         self._writer: asyncio.StreamWriter | None = None
         self._server: asyncio.Server | None = None
         self._dirty = True
+        #: Prefixes per peer whose desired value changed since the last plan, when only
+        #: those did (apply_changes); None when anything may have (apply, mode, neighbors,
+        #: connection): the next plan then compares everything.
+        self._touched: dict[PeerName, set[IPNetwork]] | None = None
+        #: Prefixes whose command ExaBGP refused, since the last plan: planned again.
+        self._retry: dict[PeerName, set[IPNetwork]] = {}
+        #: The last plan compared everything (so the convergence check does too).
+        self._planned_all = True
+        #: Per peer, how many desired prefixes of each IP version (effective() needs
+        #: to know whether a peer's set is all of its session's family).
+        self._version_counts: dict[PeerName, dict[int, int]] = {}
         self._dead_reported = False
         self._settle_until = 0.0
         self._wake = asyncio.Event()
@@ -234,27 +259,64 @@ class ExaBGPDriver:
     def apply(self, desired: DesiredRoutes) -> None:
         """Take the whole desired route set; converge in the background."""
         self._desired = _copy(desired)
+        self._version_counts = {peer: _versions(r) for peer, r in self._desired.items()}
         for peer, routes in self._desired.items():
             n = self._neighbors.get(peer)
-            wrong = (
-                []
-                if n is None or _all_of_family(routes, n.peer.family)
-                else [p for p in routes if p.version != n.peer.family]
-            )
-            if wrong:
-                self.stats.wrong_family += len(wrong)
-                log(
-                    _logger,
-                    logging.ERROR,
-                    "driver.wrong_family",
-                    peer=peer,
-                    prefixes=",".join(str(p) for p in wrong[:5]),
-                    count=len(wrong),
-                )
-        unknown = sorted(set(self._desired) - set(self._neighbors))
+            if n is not None and self._version_counts[peer][10 - n.peer.family]:
+                self._wrong_family(peer, [p for p in routes if p.version != n.peer.family])
+        self._unknown_peers(self._desired)
+        self._mark_dirty()
+
+    def apply_changes(
+        self, desired: DesiredRoutes, changed: Mapping[PeerName, AbstractSet[IPNetwork]]
+    ) -> None:
+        """apply(desired) when only the prefixes in ``changed`` may differ from the
+        previous apply: updates the held set and plans only those prefixes (and what is
+        still queued or was refused), so one change costs about one prefix at any size.
+        ``desired`` is read now, not kept (the caller may change it afterwards)."""
+        for peer, prefixes in changed.items():
+            want = desired.get(peer, {})
+            mine = self._desired.setdefault(peer, {})
+            counts = self._version_counts.setdefault(peer, {4: 0, 6: 0})
+            for p in prefixes:
+                attrs = want.get(p)
+                if attrs is not None:
+                    if p not in mine:
+                        counts[p.version] += 1
+                    mine[p] = attrs
+                elif mine.pop(p, None) is not None:
+                    counts[p.version] -= 1
+            if not mine:
+                del self._desired[peer]
+                del self._version_counts[peer]
+            n = self._neighbors.get(peer)
+            if n is not None:
+                wrong = [p for p in prefixes if p in mine and p.version != n.peer.family]
+                if wrong:
+                    self._wrong_family(peer, wrong)
+        self._unknown_peers(changed)
+        if self._touched is not None:
+            for peer, prefixes in changed.items():
+                self._touched.setdefault(peer, set()).update(prefixes)
+        self._dirty = True
+        self._converged.clear()
+        self._wake.set()
+
+    def _wrong_family(self, peer: PeerName, wrong: Sequence[IPNetwork]) -> None:
+        self.stats.wrong_family += len(wrong)
+        log(
+            _logger,
+            logging.ERROR,
+            "driver.wrong_family",
+            peer=peer,
+            prefixes=",".join(str(p) for p in wrong[:5]),
+            count=len(wrong),
+        )
+
+    def _unknown_peers(self, peers: Mapping[PeerName, object]) -> None:
+        unknown = sorted(set(peers) - set(self._neighbors))
         if unknown:
             log(_logger, logging.DEBUG, "driver.unknown_peers", peers=",".join(unknown))
-        self._mark_dirty()
 
     def set_mode(self, mode: DriverMode) -> None:
         if mode is not self.mode:
@@ -278,7 +340,7 @@ class ExaBGPDriver:
             family = n.peer.family
             base[peer] = (
                 routes
-                if _all_of_family(routes, family)
+                if not self._version_counts[peer][10 - family]
                 else {p: a for p, a in routes.items() if p.version == family}
             )
         if self.mode is DriverMode.WITHDRAWN:
@@ -315,12 +377,27 @@ class ExaBGPDriver:
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         eff = self.effective()
+        # What ExaBGP acknowledged differs from what is wanted only where a plan may
+        # (_plan_keys) or a command is in flight: count there, not over every route.
+        keys = self._plan_keys()
+        if keys is not None:
+            for item in self._in_flight:
+                if item.command.peer is not None and item.command.changes:
+                    ps = keys.setdefault(item.command.peer, set())
+                    ps.update(p for p, _ in item.command.changes)
         out: dict[PeerName, PeerStatus] = {}
         for name, n in sorted(self._neighbors.items()):
             s = self._sessions.get(name, _Session())
             have = self._acked.get(name, {})
             want = eff.get(name, {})
-            todo, gone = delta(have, want)
+            if keys is None:
+                todo, gone = delta(have, want)
+            else:
+                ks = {name: keys.get(name, set())}
+                todo, gone = delta(
+                    restrict({name: have}, ks).get(name, {}),
+                    restrict({name: want}, ks).get(name, {}),
+                )
             pending = len(todo) + len(gone)
             out[name] = PeerStatus(
                 peer=name,
@@ -464,6 +541,7 @@ class ExaBGPDriver:
                 if cmd.peer is not None:
                     sent = self._sent.setdefault(cmd.peer, {})
                     have = self._acked.get(cmd.peer, {})
+                    self._retry.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
                     for prefix, _ in cmd.changes:
                         if prefix in have:
                             sent[prefix] = have[prefix]
@@ -513,6 +591,8 @@ class ExaBGPDriver:
     # ------------------------------------------------------------------ sender
 
     def _mark_dirty(self) -> None:
+        """Anything may have changed: the next plan compares every prefix."""
+        self._touched = None
         self._dirty = True
         self._converged.clear()
         self._wake.set()
@@ -564,7 +644,17 @@ class ExaBGPDriver:
         if self._dirty:
             eff = self.effective()
             selectors = {name: n.selector for name, n in self._neighbors.items()}
-            self._queue = collections.deque(plan(self._sent, eff, selectors, batch=self.batch))
+            keys = self._plan_keys()
+            self._planned_all = keys is None
+            if keys is None:
+                commands = plan(self._sent, eff, selectors, batch=self.batch)
+            else:
+                # Only these prefixes can differ (see _plan_keys): the same commands as
+                # the plan of everything, at the cost of the changes.
+                sent, want = restrict(self._sent, keys), restrict(eff, keys)
+                commands = plan(sent, want, selectors, batch=self.batch)
+            self._queue = collections.deque(commands)
+            self._touched, self._retry = {}, {}
             self._dirty = False
         while self._queue and len(self._in_flight) < self.window:
             if self._in_flight and self._in_flight[-1].command.sync:
@@ -581,8 +671,36 @@ class ExaBGPDriver:
                 self._queue.extend(eors)
                 self._send(self._queue.popleft())
                 return
-            if {p: r for p, r in self._acked.items() if r} == {p: r for p, r in eff.items() if r}:
+            if self._planned_all:
+                converged = {p: r for p, r in self._acked.items() if r} == {
+                    p: r for p, r in eff.items() if r
+                }
+            else:
+                # Since a plan of only the changes, ExaBGP holds what was sent, and that
+                # is what is wanted, except where a command was refused.
+                converged = all(
+                    self._acked.get(peer, {}).get(p) == eff.get(peer, {}).get(p)
+                    for peer, prefixes in self._retry.items()
+                    for p in prefixes
+                )
+            if converged:
                 self._converged.set()
+
+    def _plan_keys(self) -> dict[PeerName, set[IPNetwork]] | None:
+        """The prefixes that can differ between what ExaBGP was sent and what is wanted,
+        or None when any can. After a plan, everything that differed is queued; since,
+        only apply_changes() changed the wanted set (its prefixes are in _touched) and
+        only sending or a refused command changed the sent one: so the difference lies
+        within the touched, queued and refused prefixes."""
+        if self._touched is None:
+            return None
+        keys = {peer: set(prefixes) for peer, prefixes in self._touched.items()}
+        for cmd in self._queue:
+            if cmd.peer is not None and cmd.changes:
+                keys.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
+        for peer, prefixes in self._retry.items():
+            keys.setdefault(peer, set()).update(prefixes)
+        return keys
 
     async def run(self) -> None:
         """The sender: wakes on apply(), acks, events and a 0.5 s tick (timeouts)."""

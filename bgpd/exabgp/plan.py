@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -151,6 +152,20 @@ def delta(
         return {}, set()
     todo = dict(itertools.filterfalse(have.items().__contains__, want.items()))
     return todo, set(have).difference(want)
+
+
+def restrict(
+    routes: DesiredRoutes, keys: Mapping[PeerName, AbstractSet[IPNetwork]]
+) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
+    """Only the prefixes in ``keys``, per peer (those of the peers ``keys`` names). The
+    plan of two sets restricted to the prefixes where they may differ is the plan of the
+    whole sets, at the cost of those prefixes."""
+    out: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+    for peer, prefixes in keys.items():
+        have = routes.get(peer)
+        if have:
+            out[peer] = {p: have[p] for p in prefixes if p in have}
+    return out
 
 
 def plan(

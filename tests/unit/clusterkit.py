@@ -26,6 +26,7 @@ from bgpd.model import (
     Route,
     Service,
     ServiceAllocation,
+    ServiceKey,
     ServicePort,
     SpeakerConfig,
     TrafficPolicy,
@@ -232,3 +233,23 @@ def route_table(
 
 #: Attributes tuple of a route with no communities, local-pref or MED.
 PLAIN: tuple[object, ...] = ((), (), None, None)
+
+
+def changed_keys(before: ClusterSnapshot | None, after: ClusterSnapshot) -> set[ServiceKey]:
+    """The Service keys whose Service or EndpointSlices differ (by equality) between two
+    snapshots: at the least what the Kubernetes source's events mark dirty (all keys
+    when there is no `before`)."""
+    if before is None:
+        return set(after.services) | set(after.endpoint_slices)
+    keys = (
+        before.services.keys()
+        | after.services.keys()
+        | before.endpoint_slices.keys()
+        | after.endpoint_slices.keys()
+    )
+    return {
+        k
+        for k in keys
+        if before.services.get(k) != after.services.get(k)
+        or before.endpoint_slices.get(k, ()) != after.endpoint_slices.get(k, ())
+    }

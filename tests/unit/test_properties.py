@@ -6,7 +6,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
-from clusterkit import adv, config, ep, eps, node, peer, pool, selector, svc
+from clusterkit import adv, changed_keys, config, ep, eps, node, peer, pool, selector, svc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,9 +23,12 @@ from bgpd.model import (
     Config,
     Decision,
     EndpointSlice,
+    IPNetwork,
     Node,
     NodeName,
+    PeerName,
     Service,
+    ServiceKey,
     selectors_match,
 )
 from bgpd.objects import build_snapshot
@@ -297,6 +300,61 @@ def test_incremental_decider_equals_decide_at_every_step(
         expected = decide(cfg, snapshot, NodeName(at))
         assert decider.decide(cfg, snapshot, NodeName(at)) == expected
         assert decider.desired() == expected.by_peer()
+
+
+def _route_changes(old: Decision | None, new: Decision) -> dict[PeerName, set[IPNetwork]]:
+    """(peer, prefix) whose Route differs (attributes or Services), appeared or left."""
+    before = {(r.peer, r.prefix): r for r in old.routes} if old is not None else {}
+    after = {(r.peer, r.prefix): r for r in new.routes}
+    out: dict[PeerName, set[IPNetwork]] = {}
+    for peer_name, prefix in before.keys() | after.keys():
+        if before.get((peer_name, prefix)) != after.get((peer_name, prefix)):
+            out.setdefault(peer_name, set()).add(prefix)
+    return out
+
+
+#: Service keys to add to a step's changed set (a source may mark more than changed,
+#: e.g. a Service whose update changed nothing the decision reads), some of no Service.
+EXTRA_KEYS = [f"ns{i % 2}/s{i}" for i in range(6)] + ["ns9/gone"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(walk=walks(), data=st.data())
+def test_dirty_key_decider_equals_decide_at_every_step(
+    walk: tuple[list[Config], list[Parts], list[tuple[int, str, tuple[int, ...]]]],
+    data: st.DataObject,
+) -> None:
+    """Told only the Service keys that changed since its previous decide() (plus any
+    extra keys), the Decider still gives decide()'s Decision, desired set and, in
+    `last_changes` and `desired_changed`, exactly what changed since the previous step.
+    Fresh snapshot objects each step: only the keys say what to look at."""
+    cfgs, states, steps = walk
+    decider = Decider()
+    previous: tuple[ClusterSnapshot, Decision, Config, str] | None = None
+    for cfg_index, at, mix in steps:
+        snapshot = _mixed(states, mix)
+        cfg = cfgs[cfg_index]
+        extra = data.draw(st.lists(st.sampled_from(EXTRA_KEYS), max_size=3), label="extra")
+        changed = changed_keys(previous[0] if previous else None, snapshot) | {
+            ServiceKey(k) for k in extra
+        }
+        if previous is None:
+            # The first decide() walks everything whatever it is told.
+            changed = {ServiceKey(k) for k in extra}
+        expected = decide(cfg, snapshot, NodeName(at))
+        got = decider.decide(cfg, snapshot, NodeName(at), changed=changed)
+        assert got == expected
+        assert decider.desired() == expected.by_peer()
+        assert decider.desired_view() == expected.by_peer()
+        old = previous[1] if previous is not None else None
+        same_context = previous is not None and previous[2] == cfg and previous[3] == at
+        if same_context:
+            assert decider.last_changes == _route_changes(old, expected)
+        else:
+            assert decider.last_changes is None
+        was = old.by_peer() if old is not None else {}
+        assert decider.desired_changed == (was != expected.by_peer())
+        previous = (snapshot, expected, cfg, at)
 
 
 class _Collector(EventRecorder):

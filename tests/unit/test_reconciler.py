@@ -8,14 +8,25 @@ import asyncio
 import contextlib
 import ipaddress
 import time
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 import pytest
 import yaml
-from clusterkit import adv, cluster, config, ep, eps, node, peer, pool, svc
+from clusterkit import adv, changed_keys, cluster, config, ep, eps, node, peer, pool, svc
 
 from bgpd.clusterfile import ClusterFileSource
-from bgpd.model import ClusterSnapshot, DesiredRoutes, NodeName, PeerName
+from bgpd.decision import decide
+from bgpd.model import (
+    ClusterSnapshot,
+    DesiredRoutes,
+    IPNetwork,
+    NodeName,
+    PeerName,
+    RouteAttributes,
+    ServiceKey,
+)
 from bgpd.reconciler import Reconciler
 
 CONFIG = config(
@@ -190,3 +201,106 @@ async def test_cluster_file_source(tmp_path: Path) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+class ChangingSource(MemorySource):
+    """A MemorySource that also names the Service keys changed since its previous
+    snapshot_changes() call, as the Kubernetes source does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.previous: ClusterSnapshot | None = None
+
+    def snapshot_changes(self) -> tuple[ClusterSnapshot, set[ServiceKey] | None]:
+        keys = None if self.previous is None else changed_keys(self.previous, self.current)
+        self.previous = self.current
+        return self.current, keys
+
+
+class HoldingSink(RecordingSink):
+    """Holds the route set a driver would: apply() replaces it, apply_changes() patches
+    the changed prefixes from `desired` (read, not kept)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        self.calls: list[str] = []
+
+    def apply(self, desired: DesiredRoutes) -> None:
+        super().apply(desired)
+        self.held = {peer: dict(routes) for peer, routes in desired.items()}
+        self.calls.append("all")
+
+    def apply_changes(
+        self, desired: DesiredRoutes, changed: Mapping[PeerName, AbstractSet[IPNetwork]]
+    ) -> None:
+        self.calls.append("changes")
+        for peer_name, prefixes in changed.items():
+            mine = self.held.setdefault(peer_name, {})
+            want = desired.get(peer_name, {})
+            for p in prefixes:
+                if p in want:
+                    mine[p] = want[p]
+                else:
+                    mine.pop(p, None)
+            if not mine:
+                del self.held[peer_name]
+
+
+def test_changes_path_holds_what_decide_says_and_falls_back_to_whole_sets() -> None:
+    """With a source that names changed keys and a sink that takes changes, each pass
+    hands over only the changes, and the sink's set is decide()'s at every step; the
+    first pass, a new config and a pass that raised before applying hand the whole set."""
+    cfg = config(
+        pools=[pool("p", "10.99.100.0/24")],
+        peers=[peer("tor", "172.31.250.1")],
+        advertisements=[adv()],
+    )
+    web, api = svc("shop/web", "10.99.100.5"), svc("shop/api", "10.99.100.6", local=True)
+    n1 = node("n1")
+    steps = [
+        cluster([web, api], [eps("shop/web", ep("n2")), eps("shop/api", ep("n1"))], [n1]),
+        cluster([web, api], [eps("shop/web", ep("n2")), eps("shop/api", ep("n2"))], [n1]),
+        cluster([web], [eps("shop/web", ep("n2", ready=False))], [n1]),
+        cluster([web, api], [eps("shop/web", ep("n1")), eps("shop/api", ep("n1"))], [n1]),
+    ]
+    source, sink = ChangingSource(), HoldingSink()
+    failing = [False]
+
+    def before_apply(_c: object, _s: object, _d: object) -> None:
+        if failing[0]:
+            raise RuntimeError("render failed")
+
+    r = Reconciler(
+        config=cfg, node=NodeName("n1"), source=source, sink=sink, before_apply=before_apply
+    )
+    source.synced = True
+
+    def step(snapshot: ClusterSnapshot) -> None:
+        source.current = snapshot
+        r.reconcile_once(time.monotonic())
+        assert sink.held == decide(r.config, snapshot, NodeName("n1")).by_peer()
+
+    for snapshot in steps:
+        step(snapshot)
+    assert sink.calls == ["all", "changes", "changes", "changes"]
+    # A pass that raised after deciding: the next one hands the whole set again.
+    failing[0] = True
+    source.current = steps[1]
+    with pytest.raises(RuntimeError):
+        r.reconcile_once(time.monotonic())
+    failing[0] = False
+    step(steps[2])
+    assert sink.calls[-1] == "all"
+    step(steps[3])
+    assert sink.calls[-1] == "changes"
+    # A new config starts the Decider afresh: the whole set.
+    r.set_config(
+        config(
+            pools=[pool("p", "10.99.100.0/24")],
+            peers=[peer("tor", "172.31.250.1")],
+            advertisements=[adv(communities=["65000:1"])],
+        )
+    )
+    step(steps[0])
+    assert sink.calls[-1] == "all"

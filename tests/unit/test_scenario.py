@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from clusterkit import adv, cluster, config, ep, eps, node, peer, pool, svc
+from clusterkit import adv, changed_keys, cluster, config, ep, eps, node, peer, pool, svc
 
 from bgpd.decision import EXCLUDE_LB_LABEL, Decider, decide
 from bgpd.model import ClusterSnapshot, EndpointSlice, NodeName, Service, TrafficPolicy
@@ -21,8 +21,11 @@ WEB = "shop/web"
 API = "shop/api"
 
 #: One incremental Decider per node, carried through the walk: after every step it must
-#: give exactly the Decision plain decide() gives.
+#: give exactly the Decision plain decide() gives; so must a second one per node that is
+#: told only the Service keys that changed since the previous step (as the Kubernetes
+#: source tells the speaker's), with that previous step's snapshot.
 DECIDERS: dict[str, Decider] = {}
+DIRTY_DECIDERS: dict[str, tuple[Decider, list[ClusterSnapshot]]] = {}
 
 RouteSet = set[tuple[str, str, str, tuple[str, ...]]]
 SkipSet = set[tuple[str, str, str]]
@@ -38,6 +41,11 @@ def state(snapshot: ClusterSnapshot) -> tuple[RouteSet, SkipSet]:
         decider = DECIDERS.setdefault(n, Decider())
         assert decider.decide(CFG, snapshot, NodeName(n)) == d
         assert decider.desired() == d.by_peer()
+        dirty, seen = DIRTY_DECIDERS.setdefault(n, (Decider(), []))
+        keys = changed_keys(seen[-1] if seen else None, snapshot)
+        assert dirty.decide(CFG, snapshot, NodeName(n), changed=keys) == d
+        assert dirty.desired_view() == d.by_peer()
+        seen[:] = [snapshot]
         for r in d.routes:
             assert r.attributes.communities == ("65000:100",)
             routes.add((n, r.peer, str(r.prefix), r.services))
