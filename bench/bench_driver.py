@@ -3,6 +3,7 @@
 Run as root from the repository root:
 
     .venv/bin/python bench/bench_driver.py [--samples 50] [--routes 10000]
+    .venv/bin/python bench/bench_driver.py --bulk-peer bird [--routes 10000] [--repeat 5]
 
 It builds a one-node lab (router namespace with GoBGP, node1 namespace for ExaBGP) and
 measures, in one run:
@@ -16,6 +17,10 @@ measures, in one run:
    with single-route commands and at most 200 in flight (the lab notes' reference);
 3. RSS of a real ``kube-bgpd speaker`` (daemon + ExaBGP + helper) announcing 0, 1,000
    and 10,000 Service IPs from a cluster dump.
+
+With ``--bulk-peer bird`` only the bulk part runs, against BIRD, ``--repeat`` times per
+variant: bare ExaBGP, the driver (ExaBGP through bgpd/exabgp/launch.py, the default) and
+the driver with ExaBGP's own entry point ("stock"), each with ExaBGP's CPU per run.
 
 "Bare ExaBGP" is ExaBGP with a minimal API process (``cat`` of a FIFO opened read-write
 for commands, acks drained to a file) and the same neighbour configuration.
