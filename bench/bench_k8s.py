@@ -28,14 +28,14 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    a write straight into the simulator's store (``--write store``); next to the
    speaker's own means of ``kube_bgpd_convergence_seconds`` (decide, acknowledge, total)
    and ``kube_bgpd_reconcile_duration_seconds`` over the same changes;
-3. sustained load: ``--rate`` EndpointSlice changes per second for ``--seconds``,
-   written by a coroutine in the simulator's own loop straight into the store, so that a
-   load generator's HTTP client does not compete with the speaker for the two cores (the
-   simulator itself took ~1,100 HTTP merge PATCHes/s on one connection and ~2,200/s on 8,
-   with nobody watching, measured with aiohttp on this machine kind). Each write flips the
-   readiness of the node1 endpoint of one of the ``--load-services`` Services, so every
-   write is a route change for the speaker. Every ``--sample`` seconds it records the
-   writes done, the EndpointSlice watch events the speaker received
+3. sustained load: ``--rate`` EndpointSlice changes per second for ``--seconds``. With
+   ``--write http`` they are HTTP merge PATCHes from a writer process in the simulator's
+   namespace (this file with ``--load-writer``: aiohttp, 8 kept-alive connections), and
+   the probes below go through the same HTTP writer as the latency phases; with ``--write
+   store`` a coroutine in the simulator's own loop writes into the store. Each write
+   flips the readiness of the node1 endpoint of one of the ``--load-services`` Services,
+   so every write is a route change for the speaker. Every ``--sample`` seconds it
+   records the writes done, the EndpointSlice watch events the speaker received
    (``kube_bgpd_watch_events_total``) and one probe change's latency to BIRD; a backlog
    shows as a received count falling further behind, or a probe latency that grows;
 4. cold start: ``--services`` more Services (each with an allocated ingress IP and an
@@ -495,6 +495,87 @@ def latency_while_scraping(
     print(f"  {scrapes[0]} scrapes of /metrics meanwhile", flush=True)
 
 
+async def write_load_http(url: str, rate: int, seconds: float, services: int) -> None:
+    """The ``--load-writer`` process: ``rate`` EndpointSlice merge PATCHes a second over
+    HTTP (8 kept-alive connections, plain aiohttp) for ``seconds``, each flipping the next
+    load Service's endpoint. Prints "<completed writes> <most behind schedule>" every
+    50 ms and once at the end, for the benchmark to read (so the benchmark's "written"
+    can lag the truth by up to ~50 writes)."""
+    import asyncio
+
+    import aiohttp
+
+    done = sent = behind = 0
+    start = time.monotonic()
+    stop = start + seconds
+    ready = [True] * services
+
+    async def lane(session: aiohttp.ClientSession) -> None:
+        nonlocal done, sent, behind
+        while time.monotonic() < stop:
+            due = int((time.monotonic() - start) * rate)
+            behind = max(behind, due - done)
+            if sent >= due:
+                await asyncio.sleep(0.001)
+                continue
+            k = sent % services
+            sent += 1
+            ready[k] = not ready[k]
+            path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/load{k}-a"
+            body = json.dumps({"endpoints": endpoints(ready[k])})
+            headers = {"Content-Type": "application/merge-patch+json"}
+            async with session.patch(url + path, data=body, headers=headers) as response:
+                await response.read()
+                if response.status != 200:
+                    raise RuntimeError(f"PATCH {path}: {response.status}")
+            done += 1
+
+    async def report() -> None:
+        while time.monotonic() < stop:
+            print(done, behind, flush=True)
+            await asyncio.sleep(0.05)
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(report(), *(lane(session) for _ in range(8)))
+    print(done, behind, flush=True)
+
+
+class HttpLoad:
+    """The ``--load-writer`` process in the simulator's namespace, and what it reported."""
+
+    def __init__(self, topo: Topology, args: argparse.Namespace) -> None:
+        self.written = 0
+        self.behind_max = 0
+        self.proc = topo.router.popen(
+            [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--load-writer",
+                f"http://{API_HOST}:{API_PORT}",
+                "--rate",
+                str(args.rate),
+                "--seconds",
+                str(args.seconds),
+                "--load-services",
+                str(args.load_services),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            done, behind = (int(x) for x in line.split())
+            self.written, self.behind_max = done, behind
+
+    def finish(self) -> None:
+        if self.proc.wait(30) != 0:
+            raise RuntimeError(f"the load writer exited {self.proc.returncode}")
+        self.thread.join(5)
+
+
 def start_load(sim: NetnsApiSimulator, services: int, rate: int) -> dict[str, Any]:
     """Start the writer coroutine in the simulator's loop; returns its shared state."""
     import asyncio
@@ -529,10 +610,21 @@ def load(
     speaker: Speaker,
     bird: BirdCtl,
     args: argparse.Namespace,
+    topo: Topology,
+    writer: HttpWriter | None,
 ) -> list[tuple[float, int, int, float]]:
-    """Rows of (seconds, written, received by the speaker, probe latency)."""
+    """Rows of (seconds, written, received by the speaker, probe latency). With a
+    ``writer`` (``--write http``) the load and the probes are HTTP writes, from a writer
+    process and from the writer thread; else both go into the store."""
     base = speaker.slice_events()
-    state = start_load(sim, args.load_services, args.rate)
+    http = HttpLoad(topo, args) if writer is not None else None
+    state = start_load(sim, args.load_services, args.rate) if http is None else {}
+
+    def written_now() -> int:
+        if http is not None:
+            return http.written
+        return sim.call(lambda: int(state["written"]))
+
     t0 = time.monotonic()
     rows: list[tuple[float, int, int, float]] = []
     probe_up = True
@@ -541,9 +633,12 @@ def load(
             time.sleep(args.sample)
             # Received first: the written count read after it is an upper bound.
             received = speaker.slice_events() - base - len(rows)
-            written = sim.call(lambda: int(state["written"]))
-            start = time.monotonic()
-            flip(sim, "probe", probe_up)
+            written = written_now()
+            if writer is not None:
+                start = writer.flip("probe", probe_up)
+            else:
+                start = time.monotonic()
+                flip(sim, "probe", probe_up)
             lag = bird.wait(PROBE_IP, probe_up) - start
             probe_up = not probe_up
             rows.append((time.monotonic() - t0, written, received, lag))
@@ -553,9 +648,13 @@ def load(
                 flush=True,
             )
     finally:
-        sim.call(lambda: state.__setitem__("stop", True))
+        if http is None:
+            sim.call(lambda: state.__setitem__("stop", True))
+        else:
+            http.finish()
     ended = time.monotonic()
-    written = sim.call(lambda: int(state["written"]))
+    written = written_now()
+    behind_max = http.behind_max if http is not None else state["behind_max"]
     deadline = time.monotonic() + 60
     # The probe flips are EndpointSlice events too.
     while speaker.slice_events() - base - len(rows) < written and time.monotonic() < deadline:
@@ -565,7 +664,8 @@ def load(
     print(
         f"  {written} writes in {ended - t0:.1f} s; after the last write: received "
         f"{received} of {written} ({caught:.2f} s after the load's end); the writer fell "
-        f"behind its schedule by at most {state['behind_max']} writes",
+        f"behind its schedule by at most {behind_max} writes"
+        + (" (HTTP PATCHes from a writer process)" if http is not None else " (store writes)"),
         flush=True,
     )
     for k in range(args.load_services):  # all ready again, for the cold start
@@ -606,7 +706,13 @@ def main() -> None:
         default="http",
         help="latency changes as HTTP PATCHes to the simulator (default) or store writes",
     )
+    ap.add_argument("--load-writer", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.load_writer:
+        import asyncio
+
+        asyncio.run(write_load_http(args.load_writer, args.rate, args.seconds, args.load_services))
+        return
     # The simulator thread and the poller share this interpreter: switch often.
     sys.setswitchinterval(0.0005)
     # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.
@@ -672,7 +778,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
                     sim, speaker, bird, args.changes, f"{args.load_services + 2} Services", writer
                 )
                 print(f"load: {args.rate}/s for {args.seconds} s", flush=True)
-                timed("load", lambda: load(sim, speaker, bird, args))
+                timed("load", lambda: load(sim, speaker, bird, args, topo, writer))
             finally:
                 speaker.stop()
                 log_tail(speaker)
