@@ -341,6 +341,10 @@ class Speaker:
         return self._drain_status()
 
     def start_drain(self, source: str) -> None:
+        if source == "request" and self.drain_source == "annotation":
+            # An operator's drain outlasts the annotation's: removing it must not undo this.
+            self.drain_source = source
+            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window, source=source)
         if self._drain_task is None:
             self.drain_started = time.time()
             self.drain_source = source

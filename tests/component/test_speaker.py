@@ -476,3 +476,24 @@ def test_node_drain_annotation_drains_then_its_removal_announces_again(
     sp.proc.send_signal(signal.SIGTERM)
     assert sp.proc.wait(20) == 0
     assert bird.rib() == {}
+
+
+def test_requested_drain_outlasts_the_annotations(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    """`kube-bgpd drain` during an annotation's drain takes it over: removing the
+    annotation then announces nothing again."""
+    bird = make_router("bird")
+    ips = ["10.99.100.5"]
+    sp = speaker(config_text(drain_window="2s"), annotated_dump(ips, "true"))
+    sp.wait_status(lambda d: d["drain"]["source"] == "annotation")
+    out = sp.cli("drain")
+    assert out.returncode == 0, out.stderr
+    sp.wait_status(lambda d: d["drain"]["source"] == "request")
+    bird.wait_rib(lambda r: not r, 10)
+    # No annotation any more, and a second Service to show the dump was read again.
+    sp.dump.write_text(annotated_dump([*ips, "10.99.100.6"], None))
+    sp.wait_status(lambda d: "10.99.100.6" in json.dumps(d["explain"]))
+    time.sleep(1)
+    assert sp.status()["mode"] == "withdrawn"
+    assert bird.rib() == {}
