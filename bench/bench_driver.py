@@ -272,6 +272,23 @@ class Bare:
             n = os.write(self.writer, data)
             data = data[n:]
 
+    def send_windowed(self, lines: list[str], window: int, within: float = 120) -> None:
+        """Send ``lines`` with at most ``window`` unacknowledged (blocking: run it in a
+        thread from async code); returns once everything is sent, not acknowledged."""
+        base = self.acked()
+        sent = 0
+        deadline = time.monotonic() + within
+        while sent < len(lines):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bare ExaBGP acknowledged {self.acked() - base} of {sent}")
+            inflight = sent - (self.acked() - base)
+            if inflight < window:
+                k = min(window - inflight, len(lines) - sent)
+                self.send(lines[sent : sent + k])
+                sent += k
+            else:
+                time.sleep(0.0005)
+
     def acked(self) -> int:
         try:
             return self.acks.read_bytes().count(b"\n")
@@ -320,33 +337,26 @@ async def latency_bare(bare: Bare, mon: Monitor, samples: int) -> list[float]:
     return out
 
 
-async def bulk_driver(rt: ExaBGPRuntime, mon: Counter, n: int) -> float:
+async def bulk_driver(rt: ExaBGPRuntime, mon: Counter, n: int) -> tuple[float, float]:
+    """Seconds from apply() of n routes to all of them at the peer, and ExaBGP's CPU
+    seconds meanwhile; then everything withdrawn again."""
+    pid = rt.supervisor.pid
+    assert pid is not None
+    before = cpu_seconds(pid)
     t0 = time.monotonic()
     rt.driver.apply({PEER: {ipaddress.ip_network(p): RouteAttributes() for p in prefixes(n)}})
     last = await mon.wait_count(n)
-    took = last - t0
+    cpu = cpu_seconds(pid) - before
     rt.driver.apply({})
     await rt.driver.wait_converged(60)
     await mon.wait_empty()
-    return took
+    return last - t0, cpu
 
 
 async def bulk_bare(bare: Bare, mon: Counter, n: int, window: int = 200) -> float:
-    base = bare.acked()
     cmds = [f"announce route {p} next-hop self" for p in prefixes(n, base=20000)]
     t0 = time.monotonic()
-    sent = 0
-    deadline = t0 + 120
-    while sent < n:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"bare ExaBGP acknowledged {bare.acked() - base} of {sent}")
-        inflight = sent - (bare.acked() - base)
-        if inflight < window:
-            k = min(window - inflight, n - sent)
-            bare.send(cmds[sent : sent + k])
-            sent += k
-        else:
-            await asyncio.sleep(0.0005)
+    await asyncio.to_thread(bare.send_windowed, cmds, window)
     last = await mon.wait_count(n)
     return last - t0
 
@@ -453,25 +463,13 @@ async def bulk_against_bird(topo: Topology, work: Path, routes: int, repeat: int
         # The driver through launch.py (the default), then with ExaBGP's own entry point
         # (a path runs as it is) to show what the launcher's two changes are worth.
         stock = str(Path(sys.executable).with_name("exabgp"))
-        nets = [ipaddress.ip_network(p) for p in prefixes(routes)]
         for label, binary in (("launcher", "exabgp"), ("stock ExaBGP", stock)):
             await asyncio.sleep(1)
             drv = work / f"drv-{binary.replace('/', '_')}"
             async with driver_runtime(topo, drv, exabgp_binary=binary) as rt:
                 await asyncio.to_thread(router.wait_established, 1, 30)
                 await asyncio.sleep(1)
-                runs = []
-                for _ in range(repeat):
-                    pid = rt.supervisor.pid
-                    assert pid is not None
-                    before = cpu_seconds(pid)
-                    t0 = time.monotonic()
-                    rt.driver.apply({PEER: dict.fromkeys(nets, RouteAttributes())})
-                    last = await counter.wait_count(routes)
-                    runs.append((last - t0, cpu_seconds(pid) - before))
-                    rt.driver.apply({})
-                    await rt.driver.wait_converged(60)
-                    await counter.wait_empty()
+                runs = [await bulk_driver(rt, counter, routes) for _ in range(repeat)]
                 summary(f"driver, 4 x 100 prefixes in flight, {label}", runs)
     finally:
         router.close()
@@ -534,9 +532,8 @@ async def main() -> None:
                     results["driver_latency"] = await latency_driver(rt, mon, args.samples)
                     report("driver_latency", results["driver_latency"])
                     mon.close()
-                took = results[f"driver_bulk_{window}x{batch}"] = await bulk_driver(
-                    rt, counter, args.routes
-                )
+                took, _ = await bulk_driver(rt, counter, args.routes)
+                results[f"driver_bulk_{window}x{batch}"] = took
                 print(
                     f"driver bulk {args.routes} ({batch} prefixes a command, "
                     f"{window} in flight): {took:.2f} s",

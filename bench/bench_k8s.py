@@ -351,23 +351,19 @@ def latency_bare(bare: Bare, bird: BirdCtl, changes: int) -> list[float]:
 
 def bulk_bare(bare: Bare, bird: BirdCtl, n: int, window: int = 200) -> float:
     """Announce n routes (at most ``window`` unacknowledged); seconds to all at BIRD."""
-    base = bare.acked()
     cmds = [f"announce route {p} next-hop self" for p in prefixes(n)]
     t0 = time.monotonic()
-    sent = 0
-    while sent < n:
-        inflight = sent - (bare.acked() - base)
-        if inflight < window:
-            k = min(window - inflight, n - sent)
-            bare.send(cmds[sent : sent + k])
-            sent += k
-        else:
-            time.sleep(0.0005)
+    bare.send_windowed(cmds, window)
     return bird.wait_count(n) - t0
 
 
 def flip(sim: NetnsApiSimulator, svc: str, ready: bool) -> None:
     sim.store.patch("endpointslices", f"{svc}-a", {"endpoints": endpoints(ready)}, namespace=NS)
+
+
+def slice_path(svc: str) -> str:
+    """The API path of Service ``svc``'s EndpointSlice (``endpoint_slice()`` names it)."""
+    return f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/{svc}-a"
 
 
 class HttpWriter:
@@ -407,7 +403,7 @@ class HttpWriter:
 
     def flip(self, svc: str, ready: bool) -> float:
         """Write the change; returns the monotonic time just before it was sent."""
-        path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/{svc}-a"
+        path = slice_path(svc)
         box: dict[str, Any] = {}
         done = threading.Event()
         data = json.dumps({"endpoints": endpoints(ready)}).encode()
@@ -521,7 +517,7 @@ async def write_load_http(url: str, rate: int, seconds: float, services: int) ->
             k = sent % services
             sent += 1
             ready[k] = not ready[k]
-            path = f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/load{k}-a"
+            path = slice_path(f"load{k}")
             body = json.dumps({"endpoints": endpoints(ready[k])})
             headers = {"Content-Type": "application/merge-patch+json"}
             async with session.patch(url + path, data=body, headers=headers) as response:

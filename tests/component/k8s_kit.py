@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -127,15 +128,24 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 async def wait_until(
-    predicate: Callable[[], bool], *, within: float = 10.0, what: str = "condition"
+    predicate: Callable[[], bool | Awaitable[bool]],
+    *,
+    within: float = 10.0,
+    what: str = "condition",
 ) -> float:
-    """Poll until `predicate()`; returns the seconds it took. Fails loudly on timeout."""
+    """Poll until `predicate()` (a plain or an async check); returns the seconds it took.
+    Fails loudly on timeout."""
     start = time.monotonic()
-    while not predicate():
+    while not await _holds(predicate):
         if time.monotonic() - start > within:
             raise AssertionError(f"timed out after {within} s waiting for {what}")
         await asyncio.sleep(0.01)
     return time.monotonic() - start
+
+
+async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
+    result = predicate()
+    return await result if inspect.isawaitable(result) else result
 
 
 @contextlib.asynccontextmanager

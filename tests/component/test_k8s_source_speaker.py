@@ -141,19 +141,6 @@ async def speaker(
             await proc.wait()
 
 
-async def wait_until_async(
-    probe: Callable[[], Awaitable[Any]], want: Any, what: str, within: float = 30
-) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    got = None
-    while asyncio.get_running_loop().time() < deadline:
-        got = await probe()
-        if got == want:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{what}: wanted {want}, last {got}")
-
-
 async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
     async with simulator(tmp_path) as (sim, kubeconfig):
         sim.store.create(node("n1"))
@@ -201,15 +188,20 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
 
             # The Node's drain annotation, through the Node watch: the speaker drains;
             # removing the annotation ends the drain.
-            async def mode() -> tuple[str, str | None]:
-                status = await get_status(port)
-                return status["mode"], status["drain"]["source"]
+            def mode_is(mode: str, source: str | None) -> Callable[[], Awaitable[bool]]:
+                async def check() -> bool:
+                    status = await get_status(port)
+                    return (status["mode"], status["drain"]["source"]) == (mode, source)
+
+                return check
 
             drain = {"metadata": {"annotations": {"kube-bgpd.io/drain": "true"}}}
             sim.store.patch("nodes", "n1", drain)
-            await wait_until_async(mode, ("draining", "annotation"), "drain from the annotation")
+            await wait_until(
+                mode_is("draining", "annotation"), within=30, what="drain from the annotation"
+            )
             sim.store.patch("nodes", "n1", {"metadata": {"annotations": None}})
-            await wait_until_async(mode, ("normal", None), "annotation removed")
+            await wait_until(mode_is("normal", None), within=30, what="annotation removed")
 
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0
