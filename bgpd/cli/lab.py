@@ -24,6 +24,13 @@ EXIT_FAIL = 1
 EXIT_INTERRUPTED = 130
 
 
+ECMP_HELP = (
+    "pinned (default): the router keeps each open connection on the node it started on, as "
+    "a stateful router does, so withdrawals fail no request; stateless: its FIB alone "
+    "(hash-threshold), where a next hop leaving or joining resets connections open then"
+)
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--state-dir",
@@ -34,6 +41,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="lab_action", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="build the lab and leave it running")
     up.add_argument("--router", choices=("frr", "bird"), default="frr")
+    up.add_argument("--ecmp", choices=("pinned", "stateless"), default="pinned", help=ECMP_HELP)
     up.add_argument(
         "--graceful-restart", action="store_true", help="BGP graceful restart on all sessions"
     )
@@ -55,6 +63,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(DEMO_NONINTERACTIVE=1: no pauses)",
     )
     demo.add_argument("--router", choices=("frr", "bird"), default="frr")
+    demo.add_argument("--ecmp", choices=("pinned", "stateless"), default="pinned", help=ECMP_HELP)
     cl = sub.add_parser("client", help="connections from the client namespace, spread per node")
     cl.add_argument("target", nargs="?", default="10.99.100.1", help="service IP")
     cl.add_argument("--connections", type=int, default=300)
@@ -63,7 +72,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _print_status(doc: dict[str, Any], services_table: str | None) -> None:
     print(
-        f"lab {doc['prefix']}  router {doc['router']}  cluster {doc['cluster']}  "
+        f"lab {doc['prefix']}  router {doc['router']} ({doc['ecmp']} ECMP)  "
+        f"cluster {doc['cluster']}  "
         f"files {doc['directory']}"
     )
     if services_table:
@@ -98,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
             return run_demo(
                 router=args.router,
+                ecmp=args.ecmp,
                 interactive=interactive_default(),
                 state_dir=Path(args.state_dir) if args.state_dir else None,
             )
@@ -108,9 +119,10 @@ def run(args: argparse.Namespace) -> int:
             )
             return 0
         if args.lab_action == "up":
-            print(f"bringing the lab up (router: {args.router}) ...", flush=True)
+            print(f"bringing the lab up (router: {args.router}, {args.ecmp}) ...", flush=True)
             lab = Lab.up(
                 router=args.router,
+                ecmp=args.ecmp,
                 ipv6=not args.no_ipv6,
                 graceful_restart=args.graceful_restart,
                 state_dir=args.state_dir,

@@ -211,6 +211,8 @@ class _Recorded:
     nodes: int
     ipv6: bool
     graceful_restart: bool
+    #: The router's ECMP: "pinned" (stateful) or "stateless" (see topology.pin_ruleset).
+    ecmp: str = "stateless"
     frr_rundir: str | None = None
     #: True when the lab made its directory itself (then `down` removes it).
     owns_directory: bool = False
@@ -255,6 +257,7 @@ class Lab:
         router: str = "frr",
         nodes: int = 3,
         ipv6: bool = True,
+        ecmp: str = "pinned",
         graceful_restart: bool = False,
         drain_window: float = 2.0,
         hold_time: int = 9,
@@ -275,6 +278,8 @@ class Lab:
         controller in the router namespace; services then get their IPs from the pools.
         ``graceful_restart`` enables it on the router and the BGPPeers; ``on_sigterm`` is
         the speakers' SpeakerConfig onSigterm (``withdraw``, ``drain`` or ``retain``).
+        ``ecmp`` is the router's: ``pinned`` keeps each open connection on the node it
+        started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -282,7 +287,7 @@ class Lab:
         sdir.mkdir(parents=True, exist_ok=True)
         if (sdir / LAB_FILE).exists():
             raise LabError(f"a lab is already up ({sdir / LAB_FILE}); run `kube-bgpd lab down`")
-        topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir)
+        topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir, ecmp=ecmp)
         lab: Lab | None = None
         try:
             base = Path(directory) if directory is not None else sdir / f"lab-{topo.prefix}"
@@ -307,6 +312,7 @@ class Lab:
                 router_kind=router,
                 nodes=nodes,
                 ipv6=ipv6,
+                ecmp=ecmp,
                 graceful_restart=graceful_restart,
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
                 owns_directory=directory is None,
@@ -732,6 +738,7 @@ class Lab:
             "prefix": self._rec.prefix,
             "directory": str(self.dir),
             "router": self._rec.router_kind,
+            "ecmp": self._rec.ecmp,
             "cluster": self._rec.cluster,
             "controller": _alive(self._rec.controller),
             "namespaces": self.topology.namespaces(),

@@ -10,13 +10,17 @@ Layout (addresses are fixed lab ranges, only ever used inside these namespaces):
     router br0 172.31.250.1/24, fd00:99:250::1/64  (ip_forward, fib_multipath_hash_policy=1)
       +-- r-nI  ===veth===  nodeI eth0 172.31.250.(10+I)/24, fd00:99:250::(10+I)/64
 
+With ``ecmp="pinned"`` (the default) the router also gets an nftables table and one
+routing table per node that keep each client connection on the node it started on
+(:func:`pin_ruleset` says why); ``ecmp="stateless"`` leaves routing to the FIB alone.
+
 Nodes number from 1: ``nodes[0]`` is node1 and ``node_address(1)`` is 172.31.250.11.
 Multipath hash policy 1 (L4) because policy 0 hashes on addresses only and one client
 would land on one node (lab-notes). IPv6 addresses are added ``nodad`` so they are usable
 at once instead of after ~1 s of duplicate address detection.
 
 Public interface: ``Topology.create(prefix=None, nodes=3, ipv6=True, client=True,
-state_dir=None)``, fields ``prefix router nodes client state_file``, ``node_address(i,
+state_dir=None, ecmp="pinned")``, fields ``prefix router nodes client state_file ecmp``, ``node_address(i,
 family=4)``, ``router_address(family=4)``, ``client_address(family=4)``, ``namespaces()``,
 ``destroy()`` (idempotent), context manager, ``detach()``, ``Topology.attach(state_file)``;
 ``remove_recorded(state_file)``, ``cleanup_leftovers(state_dir=None, include_detached=False)``.
@@ -34,6 +38,7 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -60,6 +65,55 @@ CLIENT_NET4 = ipaddress.IPv4Network("10.99.200.0/24")
 CLIENT_NET6 = ipaddress.IPv6Network("fd00:99:200::/64")
 #: The first node's host number; node I has host number NODE_HOST_BASE + I.
 NODE_HOST_BASE = 10
+#: How the router spreads connections over its ECMP next hops (``Topology.create(ecmp=)``).
+ECMP_MODES = ("pinned", "stateless")
+#: Routing tables (and fwmarks) of the pinned next hops: node I uses PIN_TABLE_BASE + I.
+PIN_TABLE_BASE = 1000
+#: The client-facing router interface: connections entering here are pinned.
+CLIENT_LINK = "r-cl"
+
+
+def pin_ruleset(nodes: Sequence[tuple[int, Sequence[IPAddress]]]) -> str:
+    """The router's nftables ruleset that pins each client connection to its node.
+
+    Why: Linux multipath routing is hash-threshold and neither FRR 8.4 nor BIRD 2 programs
+    resilient nexthop groups, so whenever a next hop leaves or joins the ECMP set, part of
+    the connections *already open* hash to another node, which resets them (lab-notes).
+    A stateful router avoids that: the first packet of a connection is routed by the FIB
+    (ECMP, as the speakers' routes say), postrouting records the next hop it took in the
+    connection's conntrack mark, and every later packet of the connection carries that
+    mark into a routing table of its own that reaches the same node. New connections
+    follow the FIB at once; open ones finish where they started, even after the route is
+    withdrawn (the node still answers: only its speaker stopped).
+
+    ``nodes``: (node number, its LAN addresses). Only connections entering from the
+    client link are pinned; replies and BGP are routed as usual.
+    """
+    maps: dict[int, list[str]] = {4: [], 6: []}
+    for i, addresses in nodes:
+        for addr in addresses:
+            maps[addr.version].append(f"{addr} : {PIN_TABLE_BASE + i}")
+    record = [
+        f'        iifname "{CLIENT_LINK}" ct state new ct mark set rt {fam} nexthop map '
+        f"{{ {', '.join(entries)} }}"
+        for fam, entries in (("ip", maps[4]), ("ip6", maps[6]))
+        if entries
+    ]
+    return "\n".join(
+        [
+            "table inet kube_bgpd_lab_pin {",
+            "    chain restore {",
+            "        type filter hook prerouting priority mangle; policy accept;",
+            f'        iifname "{CLIENT_LINK}" ct mark != 0 meta mark set ct mark',
+            "    }",
+            "    chain record {",
+            "        type filter hook postrouting priority mangle; policy accept;",
+            *record,
+            "    }",
+            "}",
+            "",
+        ]
+    )
 
 
 def new_prefix() -> str:
@@ -82,6 +136,9 @@ class Topology:
     prefix: str
     state_dir: Path
     ipv6: bool = True
+    #: "pinned" (a stateful router: open connections stay on their node, see
+    #: :func:`pin_ruleset`) or "stateless" (the FIB alone, hash-threshold ECMP).
+    ecmp: str = "pinned"
     router: Netns = field(init=False)
     nodes: list[Netns] = field(default_factory=list)
     client: Netns | None = None
@@ -101,14 +158,18 @@ class Topology:
         ipv6: bool = True,
         client: bool = True,
         state_dir: Path | str | None = None,
+        ecmp: str = "pinned",
     ) -> Topology:
         """Build the namespaces and links; on any failure, remove what was built."""
         if not 1 <= nodes <= 200:
             raise ValueError(f"nodes must be 1..200, not {nodes}")
+        if ecmp not in ECMP_MODES:
+            raise ValueError(f"ecmp must be one of {', '.join(ECMP_MODES)}, not {ecmp!r}")
         topo = cls(
             prefix=prefix or new_prefix(),
             state_dir=Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR,
             ipv6=ipv6,
+            ecmp=ecmp,
             _owner=(os.getpid(), process_start_time(os.getpid()) or 0),
         )
         try:
@@ -200,6 +261,22 @@ class Topology:
                 ccmds.append(f"route add default via {_host(CLIENT_NET6, 1)}")
             self._batch(self.router, rcmds)
             self._batch(self.client, ccmds)
+            if self.ecmp == "pinned":
+                self._pin_flows()
+
+    def _pin_flows(self) -> None:
+        """Make the router stateful for client connections (see :func:`pin_ruleset`)."""
+        nodes = [
+            (i, [self.node_address(i, f) for f in ((4, 6) if self.ipv6 else (4,))])
+            for i in range(1, len(self.nodes) + 1)
+        ]
+        self.router.run(["nft", "-f", "-"], input=pin_ruleset(nodes))
+        for i, addresses in nodes:
+            table = str(PIN_TABLE_BASE + i)
+            for addr in addresses:
+                fam = f"-{addr.version}"
+                self.router.ip(fam, "rule", "add", "fwmark", table, "lookup", table, "pref", "100")
+                self.router.ip(fam, "route", "add", "default", "via", str(addr), "table", table)
 
     @staticmethod
     def _batch(ns: Netns, commands: list[str]) -> None:
@@ -267,6 +344,7 @@ class Topology:
             "owner_start_time": self._owner[1],
             "detached": self._owner[0] == 0,
             "ipv6": self.ipv6,
+            "ecmp": self.ecmp,
             "nodes": len(self.nodes),
             "client": self.client is not None,
             "created": time.time(),
@@ -304,6 +382,7 @@ class Topology:
             prefix=prefix,
             state_dir=path.parent,
             ipv6=bool(state.get("ipv6", True)),
+            ecmp=str(state.get("ecmp", "stateless")),
             _owner=(int(state.get("owner_pid", 0)), int(state.get("owner_start_time") or 0)),
         )
         topo._namespaces = list(state.get("namespaces", []))

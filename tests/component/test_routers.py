@@ -170,6 +170,93 @@ def test_cleanup_leftovers_of_a_crashed_run(tmp_path: Path) -> None:
         cleanup_leftovers(tmp_path)  # even if an assertion above failed
 
 
+#: A client that keeps one connection open: it asks once, waits for a line on stdin, asks
+#: again on the same connection (printing the answer or the error), then asks on a new one.
+KEEPALIVE_CLIENT = textwrap.dedent(
+    """
+    import socket, sys
+    REQ = b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+    def ask(sock):
+        sock.sendall(REQ)
+        data = b""
+        while not data.endswith(b"\\n") or b"\\r\\n\\r\\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                return "closed"
+            data += chunk
+        return data.rsplit(b"\\r\\n\\r\\n", 1)[1].decode().strip()
+    first = socket.create_connection((sys.argv[1], 8080), timeout=5)
+    print(ask(first), flush=True)
+    sys.stdin.readline()
+    try:
+        print(ask(first), flush=True)
+    except OSError as exc:
+        print(type(exc).__name__, flush=True)
+    print(ask(socket.create_connection((sys.argv[1], 8080), timeout=5)), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("ecmp", "open_connection_sees"),
+    [
+        # The router keeps the open connection on its node after the route moves.
+        pytest.param("pinned", "same node", id="pinned"),
+        # The FIB alone: its next segment goes to the other node, which resets it.
+        pytest.param("stateless", "ConnectionResetError", id="stateless"),
+    ],
+)
+def test_router_ecmp_pinning_keeps_open_connections_on_their_node(
+    ecmp: str, open_connection_sees: str, tmp_path: Path
+) -> None:
+    """A service IP on node1 and node2, routed by the router's main table like the BGP
+    routes are. A keep-alive connection is opened; then the route is moved to the other
+    node alone. New connections always follow the route; the open one stays on its node
+    only when the router pins (the lab's default, topology.pin_ruleset)."""
+    ip = "10.99.100.7"
+    with Topology.create(nodes=2, state_dir=tmp_path, ecmp=ecmp) as topo:
+        ruleset = topo.router.run(["nft", "list", "ruleset"]).stdout
+        assert ("kube_bgpd_lab_pin" in ruleset) == (ecmp == "pinned"), ruleset
+        for i, node in enumerate(topo.nodes, start=1):
+            node.ip("addr", "add", f"{ip}/32", "dev", "lo")
+            server = node.popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "bgpd.lab.httpserver",
+                    "--name",
+                    f"node{i}",
+                    "--port",
+                    "8080",
+                    "--address",
+                    ip,
+                ],
+                stdout=subprocess.PIPE,
+            )
+            assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+        hops = [str(topo.node_address(i)) for i in (1, 2)]
+        topo.router.ip("route", "add", ip, *(w for h in hops for w in ("nexthop", "via", h)))
+        assert topo.client is not None
+        client = topo.client.popen(
+            [sys.executable, "-c", KEEPALIVE_CLIENT, ip],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert client.stdin is not None and client.stdout is not None
+        first = client.stdout.readline().decode().strip()
+        assert first in ("node1", "node2")
+        other = "node2" if first == "node1" else "node1"
+        # The route now leads to the other node only (as a withdrawal would leave it).
+        topo.router.ip("route", "replace", ip, "via", hops[int(other[-1]) - 1])
+        client.stdin.write(b"go\n")
+        client.stdin.flush()
+        again = client.stdout.readline().decode().strip()
+        fresh = client.stdout.readline().decode().strip()
+        assert client.wait(timeout=10) == 0
+        assert again == (first if open_connection_sees == "same node" else open_connection_sees)
+        assert fresh == other  # a new connection follows the route
+
+
 def test_cleanup_leftovers_leaves_a_live_run_alone(topology: Topology) -> None:
     assert cleanup_leftovers(topology.state_dir) == []
     assert set(topology.namespaces()) <= _netns_list()

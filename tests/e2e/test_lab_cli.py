@@ -68,10 +68,16 @@ def state() -> Iterator[Path]:
     shutil.rmtree(top, ignore_errors=True)
 
 
-@pytest.mark.parametrize("router", ROUTERS)
-def test_up_status_client_down(router: str, state: Path) -> None:
+@pytest.mark.parametrize(
+    ("router", "ecmp"),
+    [
+        pytest.param("frr", "pinned", id="frr"),
+        pytest.param("bird", "stateless", id="bird-stateless"),
+    ],
+)
+def test_up_status_client_down(router: str, ecmp: str, state: Path) -> None:
     try:
-        up = lab(state, "up", "--router", router)
+        up = lab(state, "up", "--router", router, "--ecmp", ecmp)
         assert up.returncode == 0, up.stderr
         assert "10.99.100.1            node1, node2, node3" in up.stdout
 
@@ -83,6 +89,16 @@ def test_up_status_client_down(router: str, state: Path) -> None:
         assert status.returncode == 0, status.stderr
         doc = json.loads(status.stdout)
         assert doc["routes"]["fd00:99:100::1"] == ["node1", "node2", "node3"]
+        assert doc["ecmp"] == ecmp
+        # Pinned: the router's nftables table that keeps connections on their node.
+        [router_ns] = [n for n in doc["namespaces"] if n.endswith("-router")]
+        ruleset = subprocess.run(
+            ["ip", "netns", "exec", router_ns, "nft", "list", "ruleset"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert ("kube_bgpd_lab_pin" in ruleset) == (ecmp == "pinned"), ruleset
         assert set(doc["sessions"].values()) == {"Established"}
 
         client = lab(state, "client", "--connections", "60", "--json")
