@@ -18,7 +18,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-# Debian packages the component and e2e tiers need (real routers, mosquitto, promtool).
+# Debian packages the component and e2e tiers need (real routers, mosquitto, promtool;
+# nftables: the lab router's connection pinning, only ever run inside its namespace; the
+# package leaves nftables.service disabled, so the host's ruleset is not touched).
 apt:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
