@@ -12,6 +12,8 @@ Two modes:
 * steady: ``--duration S`` (or until SIGTERM/SIGINT): ``--concurrency`` workers each open
   a connection, send ``--requests-per-connection`` keep-alive requests ``--interval`` s
   apart, close, and start over: "the client keeps connecting" during a rolling restart.
+  SIGUSR1 marks a moment (say, a route just changed): answers after it are also counted
+  per node (``per_node_after_mark``).
 
 A request fails when connecting, sending or reading the answer errors or takes longer
 than ``--timeout``; failures are counted by kind, never retried (a retry would hide
@@ -30,7 +32,7 @@ import signal
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,6 +50,9 @@ class Result:
     #: (CLOCK_MONOTONIC when the failed connection was opened, when it failed, error):
     #: the clock is system-wide, so a test can line failures up with route changes.
     failure_log: list[tuple[float, float, str]] = field(default_factory=list)
+    #: Answers per node after the (last) SIGUSR1 to a steady client: sent once the
+    #: router's route changed, it shows which nodes still answered on open connections.
+    per_node_after_mark: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -66,6 +71,8 @@ class _Tally:
         self.requests = 0
         self.connections = 0
         self.failure_log: list[tuple[float, float, str]] = []
+        self.marked = False
+        self.after_mark: Counter[str] = Counter()
 
     def fail(self, exc: BaseException, opened: float) -> None:
         self.requests += 1
@@ -81,7 +88,13 @@ class _Tally:
             connections=self.connections,
             seconds=round(seconds, 3),
             failure_log=self.failure_log,
+            per_node_after_mark=dict(sorted(self.after_mark.items())),
         )
+
+    def mark(self) -> None:
+        """From now on also count answers in ``after_mark`` (a fresh count each time)."""
+        self.marked = True
+        self.after_mark.clear()
 
 
 def _request(host: str, close: bool) -> bytes:
@@ -122,6 +135,8 @@ async def _session(
                 node = await _read_answer(reader)
             tally.requests += 1
             tally.nodes[node] += 1
+            if tally.marked:
+                tally.after_mark[node] += 1
     except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
         tally.fail(exc, opened)
     finally:
@@ -164,13 +179,21 @@ async def steady(
     interval: float = 0.02,
     request_timeout: float = 3,
     stop: asyncio.Event | None = None,
+    on_start: Callable[[Callable[[], None]], None] | None = None,
 ) -> Result:
-    """Keep connecting until ``duration`` passes or ``stop`` is set."""
+    """Keep connecting until ``duration`` passes or ``stop`` is set. ``on_start`` gets
+    the function that marks the moment from which answers are also counted per node in
+    ``per_node_after_mark`` (the command line wires it to SIGUSR1)."""
     tally = _Tally()
+    if on_start is not None:
+        on_start(tally.mark)
     stop = stop or asyncio.Event()
     start = time.monotonic()
 
-    async def worker() -> None:
+    async def worker(n: int) -> None:
+        # Staggered starts: the workers' connections open and close at spread-out moments
+        # (not all together), so some are open whenever a route changes.
+        await asyncio.sleep(n / concurrency * requests_per_connection * interval)
         while not stop.is_set():
             await _session(tally, target, port, requests_per_connection, interval, request_timeout)
             await asyncio.sleep(interval)
@@ -184,7 +207,7 @@ async def steady(
     try:
         async with asyncio.TaskGroup() as tg:
             for n in range(concurrency):
-                tg.create_task(worker(), name=f"client-worker-{n}")
+                tg.create_task(worker(n), name=f"client-worker-{n}")
     finally:
         clock.cancel()
     return tally.result(time.monotonic() - start)
@@ -218,7 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        print("started", file=sys.stderr, flush=True)
+
+        def on_start(mark: Callable[[], None]) -> None:
+            loop.add_signal_handler(signal.SIGUSR1, mark)
+            print("started", file=sys.stderr, flush=True)
+
         return await steady(
             args.target,
             port=args.port,
@@ -228,6 +255,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             interval=args.interval,
             request_timeout=args.timeout,
             stop=stop,
+            on_start=on_start,
         )
 
     print(asyncio.run(run()).to_json(), flush=True)

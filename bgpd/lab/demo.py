@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -186,22 +187,32 @@ def run_demo(
                 "as a stateful router does): new connections follow the route at once, open\n"
                 "ones finish where they are (`--ecmp stateless` shows the FIB alone)"
             )
-        # Keep-alive connections of 3 requests: many are open when the route changes.
+        # Keep-alive connections of 10 requests: many are open when the route changes.
         client = lab.start_steady_client(
-            ip, "--requests-per-connection", "3", "--concurrency", "4", "--interval", "0.02"
+            ip, "--requests-per-connection", "10", "--concurrency", "8", "--interval", "0.02"
         )
         time.sleep(1.0)
         t0 = time.monotonic()
-        status = lab.stop_speaker(1, signal.SIGTERM)
+        without1 = lab.expected_nexthops(web) - {lab.topology.node_address(1)}
+        with ThreadPoolExecutor(1) as pool:
+            stopping = pool.submit(lab.stop_speaker, 1, signal.SIGTERM)
+            lab.router.wait_fib(ip, without1)
+            lab.mark_client(client)  # from here on: who still answers?
+            status = stopping.result()
         say.say(
             f"speaker on node1 stopped (SIGTERM, exit {status}) in {time.monotonic() - t0:.2f} s:"
             " it withdrew its routes first"
         )
-        lab.router.wait_fib(ip, lab.expected_nexthops(web) - {lab.topology.node_address(1)})
         say.say(route_text(lab, ip))
         time.sleep(1.0)
         result = lab.finish_client(client)
         say.say("during the stop: " + spread(result))
+        after = result.per_node_after_mark
+        others = ", ".join(f"{n} {c}" for n, c in after.items() if n != "node1")
+        say.say(
+            f"answers after node1's route left the router: {others}, and node1 "
+            f"{after.get('node1', 0)} (on connections opened before)"
+        )
         if result.failures:
             say.say(
                 "(a connection open at the instant the router's next hops change can be "

@@ -707,6 +707,12 @@ class Lab:
         return proc
 
     @staticmethod
+    def mark_client(proc: subprocess.Popen[bytes]) -> None:
+        """Mark now in a steady client: its Result counts answers per node from here on
+        (``per_node_after_mark``), e.g. which nodes answered after a route changed."""
+        proc.send_signal(signal.SIGUSR1)
+
+    @staticmethod
     def finish_client(proc: subprocess.Popen[bytes], timeout: float = 30) -> Result:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=timeout)

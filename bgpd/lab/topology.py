@@ -20,10 +20,11 @@ would land on one node (lab-notes). IPv6 addresses are added ``nodad`` so they a
 at once instead of after ~1 s of duplicate address detection.
 
 Public interface: ``Topology.create(prefix=None, nodes=3, ipv6=True, client=True,
-state_dir=None, ecmp="pinned")``, fields ``prefix router nodes client state_file ecmp``, ``node_address(i,
-family=4)``, ``router_address(family=4)``, ``client_address(family=4)``, ``namespaces()``,
-``destroy()`` (idempotent), context manager, ``detach()``, ``Topology.attach(state_file)``;
-``remove_recorded(state_file)``, ``cleanup_leftovers(state_dir=None, include_detached=False)``.
+state_dir=None, ecmp="pinned")``, fields ``prefix router nodes client state_file ecmp``,
+``node_address(i, family=4)``, ``router_address(family=4)``, ``client_address(family=4)``,
+``namespaces()``, ``destroy()`` (idempotent), context manager, ``detach()``,
+``Topology.attach(state_file)``; ``pin_ruleset(nodes)``; ``remove_recorded(state_file)``,
+``cleanup_leftovers(state_dir=None, include_detached=False)``.
 
 What it must not do: create anything outside its own namespaces (links are created
 straight into them), or delete a namespace or kill a process it did not record.

@@ -233,7 +233,8 @@ def test_router_ecmp_pinning_keeps_open_connections_on_their_node(
                 ],
                 stdout=subprocess.PIPE,
             )
-            assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+            assert server.stdout is not None
+            assert server.stdout.readline() == b"ready\n"
         hops = [str(topo.node_address(i)) for i in (1, 2)]
         topo.router.ip("route", "add", ip, *(w for h in hops for w in ("nexthop", "via", h)))
         assert topo.client is not None
@@ -242,7 +243,8 @@ def test_router_ecmp_pinning_keeps_open_connections_on_their_node(
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        assert client.stdin is not None and client.stdout is not None
+        assert client.stdin is not None
+        assert client.stdout is not None
         first = client.stdout.readline().decode().strip()
         assert first in ("node1", "node2")
         other = "node2" if first == "node1" else "node1"

@@ -40,6 +40,7 @@ def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> Non
     # Step 5 under traffic: the lab's router pins open connections, so none fails.
     assert "pinned ECMP" in text
     assert re.search(r"during the stop: \d+ requests -> node1: \d+, node2: \d+; 0 failed\n", text)
+    assert re.search(r"answers after node1's route left the router: node2 \d+, and node1 \d+", text)
     # The same restart with onSigterm retain: the router's route never changed.
     assert re.search(r"read \d+ times meanwhile, never changed: node1, node2\n", text), text
     assert re.search(r"during the restart: \d+ requests -> node\d: \d+, .*; 0 failed\n", text)
