@@ -5,7 +5,7 @@ count every failed request while speakers restart, drain or die. It runs inside 
 client namespace (``python -m bgpd.lab.client ...`` through ``ip netns exec``) and prints
 one JSON object (:class:`Result`) at the end.
 
-Two modes:
+Three modes:
 
 * burst (default): ``--connections N`` fresh TCP connections, ``--concurrency`` at a
   time, one request each: the ECMP spread of new flows.
@@ -14,6 +14,9 @@ Two modes:
   apart, close, and start over: "the client keeps connecting" during a rolling restart.
   SIGUSR1 marks a moment (say, a route just changed): answers after it are also counted
   per node (``per_node_after_mark``).
+* hold (``--hold [NODE]``): one keep-alive connection (answered by NODE) held open while
+  the test changes routes; stdin lines ask again on it (``again``) or on a fresh
+  connection (``new``), one printed answer or error type each.
 
 A request fails when connecting, sending or reading the answer errors or takes longer
 than ``--timeout``; failures are counted by kind, never retried (a retry would hide
@@ -213,6 +216,55 @@ async def steady(
     return tally.result(time.monotonic() - start)
 
 
+async def hold(
+    target: str,
+    *,
+    port: int = 80,
+    node: str | None = None,
+    tries: int = 200,
+    request_timeout: float = 3,
+    commands: asyncio.StreamReader,
+    out: Callable[[str], None],
+) -> int:
+    """One connection held open across whatever happens meanwhile (a drain, a stop).
+
+    Opens connections until one is answered by ``node`` (any node when None; at most
+    ``tries``), prints that answer, then for each line read from ``commands``: ``again``
+    asks on the held connection, ``new`` on a fresh one; each prints the answering node
+    or the error's type. Returns 1 when no connection reached ``node``.
+    """
+    answer = ""
+    held: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    for _ in range(tries):
+        async with asyncio.timeout(request_timeout):
+            reader, writer = await asyncio.open_connection(target, port)
+            writer.write(_request(target, close=False))
+            answer = await _read_answer(reader)
+        if node is None or answer == node:
+            held = reader, writer
+            break
+        writer.close()
+    if held is None:
+        out(f"no connection reached {node} in {tries} tries")
+        return 1
+    out(answer)
+    while line := (await commands.readline()).decode().strip():
+        try:
+            async with asyncio.timeout(request_timeout):
+                if line == "again":
+                    held[1].write(_request(target, close=False))
+                    out(await _read_answer(held[0]))
+                else:  # "new"
+                    reader, writer = await asyncio.open_connection(target, port)
+                    writer.write(_request(target, close=True))
+                    out(await _read_answer(reader))
+                    writer.close()
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
+            out(type(exc).__name__)
+    held[1].close()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--target", required=True, help="service IP to connect to")
@@ -226,7 +278,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--requests-per-connection", type=int, default=5)
     parser.add_argument("--interval", type=float, default=0.02)
+    parser.add_argument(
+        "--hold",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="NODE",
+        help="hold one connection (answered by NODE, if given); stdin lines 'again' ask on "
+        "it, 'new' on a fresh connection; one answer (or error) printed per line",
+    )
     args = parser.parse_args(argv)
+
+    if args.hold is not None:
+
+        async def run_hold() -> int:
+            loop = asyncio.get_running_loop()
+            commands = asyncio.StreamReader()
+            await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(commands), sys.stdin.buffer
+            )
+            return await hold(
+                args.target,
+                port=args.port,
+                node=args.hold or None,
+                request_timeout=args.timeout,
+                commands=commands,
+                out=lambda text: print(text, flush=True),
+            )
+
+        return asyncio.run(run_hold())
 
     async def run() -> Result:
         if not args.steady:

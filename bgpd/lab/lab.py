@@ -201,6 +201,42 @@ def speaker_config(
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
+class HeldConnection:
+    """One keep-alive connection from a namespace, held open while routes change
+    (``python -m bgpd.lab.client --hold``): :meth:`ask` on it again, or on a fresh one.
+    Always :meth:`close` it (``contextlib.closing``)."""
+
+    def __init__(self, ns: Netns, target: str, *, port: int = 80, node: str | None = None):
+        argv = [sys.executable, "-m", "bgpd.lab.client", "--target", target]
+        argv += ["--port", str(port), "--hold", *([node] if node else [])]
+        self._proc = ns.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        #: The node that answered the held connection first.
+        self.node = self._line()
+        if node is not None and self.node != node:
+            self.close()
+            raise LabError(f"no connection to {target} reached {node}: {self.node}")
+
+    def _line(self) -> str:
+        assert self._proc.stdout is not None
+        return self._proc.stdout.readline().decode().strip()
+
+    def ask(self, on: str = "again") -> str:
+        """``again``: a request on the held connection; ``new``: on a fresh connection.
+        Returns the answering node's name, or the error's type (``ConnectionResetError``)."""
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(f"{on}\n".encode())
+        self._proc.stdin.flush()
+        return self._line()
+
+    def close(self) -> None:
+        if self._proc.stdin is not None and not self._proc.stdin.closed:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            stop_pid(self._proc.pid, 1.0)
+
+
 @dataclass(slots=True)
 class _Recorded:
     """What lab.json holds (everything ``status`` and ``down`` need after a restart)."""
@@ -719,6 +755,10 @@ class Lab:
         if proc.returncode != 0:
             raise LabError(f"client failed: {err.decode(errors='replace')[-500:]}")
         return Result.from_json(out.decode())
+
+    def hold_connection(self, target: str, node: str | None = None) -> HeldConnection:
+        """A keep-alive connection from the client namespace (answered by ``node``)."""
+        return HeldConnection(self._client_ns(), target, node=node)
 
     def _client_ns(self) -> Netns:
         if self.topology.client is None:

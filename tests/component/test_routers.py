@@ -7,6 +7,7 @@ the right next hop and attributes, and that FRR and BIRD put ECMP routes in the 
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import subprocess
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from bgpd.lab.lab import HeldConnection
 from bgpd.lab.netns import (
     Netns,
     NetnsError,
@@ -170,33 +172,6 @@ def test_cleanup_leftovers_of_a_crashed_run(tmp_path: Path) -> None:
         cleanup_leftovers(tmp_path)  # even if an assertion above failed
 
 
-#: A client that keeps one connection open: it asks once, waits for a line on stdin, asks
-#: again on the same connection (printing the answer or the error), then asks on a new one.
-KEEPALIVE_CLIENT = textwrap.dedent(
-    """
-    import socket, sys
-    REQ = b"GET / HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
-    def ask(sock):
-        sock.sendall(REQ)
-        data = b""
-        while not data.endswith(b"\\n") or b"\\r\\n\\r\\n" not in data:
-            chunk = sock.recv(4096)
-            if not chunk:
-                return "closed"
-            data += chunk
-        return data.rsplit(b"\\r\\n\\r\\n", 1)[1].decode().strip()
-    first = socket.create_connection((sys.argv[1], 8080), timeout=5)
-    print(ask(first), flush=True)
-    sys.stdin.readline()
-    try:
-        print(ask(first), flush=True)
-    except OSError as exc:
-        print(type(exc).__name__, flush=True)
-    print(ask(socket.create_connection((sys.argv[1], 8080), timeout=5)), flush=True)
-    """
-)
-
-
 @pytest.mark.parametrize(
     ("ecmp", "open_connection_sees"),
     [
@@ -238,23 +213,14 @@ def test_router_ecmp_pinning_keeps_open_connections_on_their_node(
         hops = [str(topo.node_address(i)) for i in (1, 2)]
         topo.router.ip("route", "add", ip, *(w for h in hops for w in ("nexthop", "via", h)))
         assert topo.client is not None
-        client = topo.client.popen(
-            [sys.executable, "-c", KEEPALIVE_CLIENT, ip],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        assert client.stdin is not None
-        assert client.stdout is not None
-        first = client.stdout.readline().decode().strip()
-        assert first in ("node1", "node2")
-        other = "node2" if first == "node1" else "node1"
-        # The route now leads to the other node only (as a withdrawal would leave it).
-        topo.router.ip("route", "replace", ip, "via", hops[int(other[-1]) - 1])
-        client.stdin.write(b"go\n")
-        client.stdin.flush()
-        again = client.stdout.readline().decode().strip()
-        fresh = client.stdout.readline().decode().strip()
-        assert client.wait(timeout=10) == 0
+        with contextlib.closing(HeldConnection(topo.client, ip, port=8080)) as held:
+            first = held.node
+            assert first in ("node1", "node2")
+            other = "node2" if first == "node1" else "node1"
+            # The route now leads to the other node only (as a withdrawal would leave it).
+            topo.router.ip("route", "replace", ip, "via", hops[int(other[-1]) - 1])
+            again = held.ask("again")
+            fresh = held.ask("new")
         assert again == (first if open_connection_sees == "same node" else open_connection_sees)
         assert fresh == other  # a new connection follows the route
 

@@ -303,6 +303,8 @@ def test_drain_then_withdrawal_fails_no_request(
     router: str, ecmp: str, make_lab: Callable[..., Lab]
 ) -> None:
     lab = make_lab(router, drain_window=2.0, ecmp=ecmp)
+    # Besides the steady client: one keep-alive connection to node3, held through it all.
+    held = lab.hold_connection(IP4, node="node3")
     client = lab.start_steady_client(IP4, *steady_args(ecmp))
     try:
         time.sleep(0.3)
@@ -321,13 +323,20 @@ def test_drain_then_withdrawal_fails_no_request(
         changes = [(start, time.monotonic())]
         node3 = lab.topology.node_address(3)
         assert node3 in {p.next_hop for p in lab.router.rib()[net]}, "withdrawn too early"
+        # The open connection: still node3's when the router pins it; a stateless router
+        # re-hashes it to node1 or node2, which reset it.
+        assert held.ask() == ("node3" if ecmp == "pinned" else "ConnectionResetError")
+        assert held.ask("new") in ("node1", "node2")  # new connections avoid node3
         # ... and is withdrawn when the drain window (2 s) ends.
         lab.router.wait_rib(lambda r: node3 not in {p.next_hop for p in r[net]}, timeout=15)
         assert lab.speaker_status(3)["mode"] == "withdrawn"
         assert lab.router.fib(IP4) == nodes(lab, 1, 2)
+        if ecmp == "pinned":
+            assert held.ask() == "node3"  # after the withdrawal, too
         time.sleep(0.5)  # traffic after the withdrawal, too
     finally:
         result = lab.finish_client(client)
+        held.close()
     assert_no_failed_request(result, changes, ecmp)
     assert set(result.per_node) == {"node1", "node2", "node3"}
 
