@@ -10,6 +10,12 @@ rewrite it in place.
 A file that cannot be read or parsed keeps the last good snapshot and marks the source
 ``stale`` (the reconciler then keeps the last applied routes) until a good version
 appears; before the first good read the source is not ``synced``.
+
+BGPPeers' ``passwordSecret``: the Secrets come from the same file (append ``kubectl get
+secret NAME -n NS -o yaml``), looked up in the ref's namespace or else in ``namespace``
+(the speaker's own), as the Kubernetes source looks them up in the API. A Secret the
+file lacks, or one without a ``password``, is logged naming the peer (the session then
+comes up without MD5 and the router refuses it). The file is the operator's, like ``passwordFile``: keep it private.
 """
 
 from __future__ import annotations
@@ -18,19 +24,32 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from bgpd.logs import log
-from bgpd.model import ClusterSnapshot
-from bgpd.objects import parse_cluster_dump
+from bgpd.model import ClusterSnapshot, Config, PeerName
+from bgpd.objects import parse_dump
 
 _logger = logging.getLogger("bgpd.clusterfile")
 
 
 class ClusterFileSource:
-    def __init__(self, path: Path, *, poll_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        poll_interval: float = 0.5,
+        config: Config | None = None,
+        namespace: str = "default",
+    ) -> None:
         self.path = path
         self.poll_interval = poll_interval
+        self._config = config
+        self._namespace = namespace
+        self._secrets: Mapping[tuple[str, str], str | None] = {}
+        self._passwords: dict[PeerName, str] = {}
         self._snapshot = ClusterSnapshot()
         self._synced = False
         self._stale = False
@@ -51,6 +70,39 @@ class ClusterFileSource:
 
     def snapshot(self) -> ClusterSnapshot:
         return self._snapshot
+
+    def secret_passwords(self) -> Mapping[PeerName, str]:
+        """Peer -> password from its passwordSecret, for rendering ExaBGP's config."""
+        return MappingProxyType(dict(self._passwords))
+
+    def set_config(self, config: Config) -> None:
+        """A reloaded config may name other Secrets: resolve them again."""
+        self._config = config
+        self._resolve_secrets()
+
+    def _resolve_secrets(self) -> None:
+        passwords: dict[PeerName, str] = {}
+        for peer in self._config.peers if self._config is not None else ():
+            ref = peer.password_secret
+            if ref is None or peer.password or peer.password_file is not None:
+                continue
+            key = (ref.namespace or self._namespace, ref.name)
+            where = f"{key[0]}/{key[1]}"
+            if key not in self._secrets:
+                log(
+                    _logger,
+                    logging.ERROR,
+                    "secrets.unreadable",
+                    peer=peer.name,
+                    error=f"no Secret {where} in {self.path}",
+                )
+                continue
+            password = self._secrets[key]
+            if password is None:
+                log(_logger, logging.ERROR, "secrets.no_password", peer=peer.name, secret=where)
+                continue
+            passwords[peer.name] = password
+        self._passwords = passwords
 
     async def wait_changed(self) -> float:
         await self._changed.wait()
@@ -77,7 +129,7 @@ class ClusterFileSource:
         self.reads += 1
         try:
             text = self.path.read_text(encoding="utf-8")
-            snapshot = parse_cluster_dump(text)
+            dump = parse_dump(text)
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             self.error = str(exc)
             self._stale = self._synced
@@ -92,7 +144,10 @@ class ClusterFileSource:
             self._mark_changed()
             return
         self.error = ""
+        snapshot = dump.snapshot
         self._snapshot = snapshot
+        self._secrets = dump.secret_passwords
+        self._resolve_secrets()
         self._synced = True
         self._stale = False
         log(

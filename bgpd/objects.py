@@ -15,9 +15,12 @@ the item.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
@@ -365,11 +368,44 @@ def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]
             yield where, kind if isinstance(kind, str) else "", item
 
 
+def secret_password(secret: Mapping[str, Any]) -> str | None:
+    """data.password of a kubernetes.io/basic-auth Secret (base64, as the API and
+    `kubectl get secret -o yaml` give it), or stringData.password (a manifest not yet
+    applied); None when there is no usable password."""
+    data = secret.get("data")
+    raw = data.get("password") if isinstance(data, Mapping) else None
+    if isinstance(raw, str):
+        try:
+            return base64.b64decode(raw, validate=True).decode("utf-8")
+        except (binascii.Error, UnicodeDecodeError):
+            return None
+    string_data = secret.get("stringData")
+    plain = string_data.get("password") if isinstance(string_data, Mapping) else None
+    return plain if isinstance(plain, str) else None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDump:
+    """A parsed dump: the snapshot, and the BGP passwords of the Secrets it holds
+    (``kubectl get secret NAME -n NS -o yaml`` appended), by (namespace, name); None for a
+    Secret without a usable ``password``. Only the file source needs the Secrets: the
+    Kubernetes source reads them from the API."""
+
+    snapshot: ClusterSnapshot
+    secret_passwords: Mapping[tuple[str, str], str | None]
+
+
 def parse_cluster_dump(text: str) -> ClusterSnapshot:
     """Parse what `kubectl get services,endpointslices,nodes -A -o yaml` (or `-o json`)
     prints into a snapshot. Namespaces are read too when present (for the allocator's
     namespaceSelectors). Objects of other kinds (Pods, Deployments from `kubectl get
     all`) are ignored: they do not change a decision."""
+    return parse_dump(text).snapshot
+
+
+def parse_dump(text: str) -> ClusterDump:
+    """:func:`parse_cluster_dump`, plus the Secrets' passwords (see :class:`ClusterDump`)."""
+    secrets: dict[tuple[str, str], str | None] = {}
     services: list[Service] = []
     slices: list[EndpointSlice] = []
     nodes: list[Node] = []
@@ -383,6 +419,15 @@ def parse_cluster_dump(text: str) -> ClusterSnapshot:
     for where, kind, obj in _items(_load_documents(text)):
         if not kind:
             raise DumpError(f"{where}: has no kind")
+        if kind == "Secret":
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, Mapping) else None
+            if not isinstance(name, str) or not name:
+                raise DumpError(f"{where} (Secret): has no metadata.name")
+            namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+            ns = namespace if isinstance(namespace, str) and namespace else "default"
+            secrets[(ns, name)] = secret_password(obj)
+            continue
         convert = _CONVERTERS.get(kind)
         if convert is None:
             continue
@@ -390,7 +435,9 @@ def parse_cluster_dump(text: str) -> ClusterSnapshot:
             sinks[kind].append(convert(obj))
         except ObjectError as exc:
             raise DumpError(f"{where} ({kind}): {exc}") from exc
-    return build_snapshot(services, slices, nodes, namespaces)
+    return ClusterDump(
+        build_snapshot(services, slices, nodes, namespaces), MappingProxyType(secrets)
+    )
 
 
 # --------------------------------------------------------------------------- shared rules

@@ -125,7 +125,14 @@ def make_source(
 
     cluster_file = getattr(args, "cluster_file", None)
     if cluster_file:
-        return ClusterFileSource(Path(cluster_file))
+        from k8s_watcher.client import default_namespace
+
+        # passwordSecrets without a namespace: where the Kubernetes source looks.
+        return ClusterFileSource(
+            Path(cluster_file),
+            config=config,
+            namespace=default_namespace(),
+        )
     from k8s_watcher.cache import SpeakerSource
 
     # --kubeconfig, $KUBECONFIG, ~/.kube/config, then in-cluster; loaded when run() starts.

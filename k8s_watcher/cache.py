@@ -30,8 +30,6 @@ writes are those Events, through k8s_watcher.writer.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import logging
 import math
 import time
@@ -54,6 +52,7 @@ from bgpd.model import (
     Service,
     ServiceKey,
 )
+from bgpd.objects import secret_password
 from k8s_watcher.client import KubeClient, default_namespace, object_path
 from k8s_watcher.errors import KubernetesError, NotFound, Outcome, RequestRejected
 from k8s_watcher.informer import (
@@ -433,20 +432,6 @@ class KubernetesSource:
 # --------------------------------------------------------------------------- speaker
 
 
-def _decode_password(secret: Mapping[str, Any]) -> str | None:
-    """data.password of a kubernetes.io/basic-auth Secret (base64, as the API returns it)."""
-    data = secret.get("data")
-    if not isinstance(data, Mapping):
-        return None
-    raw = data.get("password")
-    if not isinstance(raw, str):
-        return None
-    try:
-        return base64.b64decode(raw, validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
 class SpeakerSource(KubernetesSource):
     """The speaker's view of the cluster, plus the two other things it needs from the API:
 
@@ -586,7 +571,7 @@ class SpeakerSource(KubernetesSource):
                 # refuses it, which the peer status shows; say why here.
                 log(logger, logging.ERROR, "secrets.unreadable", peer=peer, error=exc.message)
                 continue
-            password = _decode_password(secret)
+            password = secret_password(secret)
             if password is None:
                 log(logger, logging.ERROR, "secrets.no_password", peer=peer, secret=f"{ns}/{name}")
                 continue

@@ -211,6 +211,35 @@ def test_speaker_from_cluster_file_status_reload_drain_and_stop(
     assert sp.proc.wait(20) == 0
 
 
+def test_password_secret_from_the_cluster_file(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc], topology: Topology
+) -> None:
+    """BGPPeer passwordSecret with the file source: the Secret comes from the dump (as
+    `kubectl get secret -o yaml` prints it) and keys the session's MD5, which the router
+    requires: no route without the right password."""
+    bird = make_router(
+        "bird",
+        neighbor_ranges=(),
+        static_neighbors=(topology.node_address(1),),
+        md5_password="s3cret",
+    )
+    docs = list(yaml.safe_load_all(config_text()))
+    [peer] = [d for d in docs if d["kind"] == "BGPPeer"]
+    peer["spec"]["passwordSecret"] = {"name": "tor-md5", "namespace": "infra"}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/basic-auth",
+        "metadata": {"name": "tor-md5", "namespace": "infra"},
+        "data": {"password": "czNjcmV0"},  # base64 of s3cret
+    }
+    dump = node1_cluster_dump(["10.99.100.5"]) + "---\n" + yaml.safe_dump(secret)
+    sp = speaker(yaml.safe_dump_all(docs), dump)
+    bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    assert bird.neighbors()[topology.node_address(1)] == "Established"
+    assert "s3cret" not in sp.log_text()
+
+
 def test_sigterm_withdraws_before_exit_even_with_graceful_restart(
     make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
 ) -> None:

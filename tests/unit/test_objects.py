@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 from typing import Any
@@ -18,6 +19,8 @@ from bgpd.objects import (
     namespace_from_api,
     node_from_api,
     parse_cluster_dump,
+    parse_dump,
+    secret_password,
     service_from_api,
 )
 
@@ -347,3 +350,49 @@ def test_parse_cluster_dump_errors(text: str, message: str) -> None:
     with pytest.raises(DumpError) as err:
         parse_cluster_dump(text)
     assert message in str(err.value)
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    ("secret", "password"),
+    [
+        pytest.param({"data": {"password": b64("s3cret")}}, "s3cret", id="data-base64"),
+        pytest.param({"stringData": {"password": "plain"}}, "plain", id="stringData"),
+        pytest.param(
+            {"data": {"password": b64("wins")}, "stringData": {"password": "loses"}},
+            "wins",
+            id="data-first",
+        ),
+        pytest.param({"data": {"password": "not base64!"}}, None, id="bad-base64"),
+        pytest.param({"data": {"password": "/w=="}}, None, id="not-utf8"),  # byte 0xff
+        pytest.param({"data": {"username": b64("u")}}, None, id="no-password-key"),
+        pytest.param({"type": "Opaque"}, None, id="no-data"),
+    ],
+)
+def test_secret_password(secret: dict[str, Any], password: str | None) -> None:
+    assert secret_password(secret) == password
+
+
+def test_parse_dump_keeps_secrets_by_namespace_and_name() -> None:
+    secrets = [
+        {
+            "kind": "Secret",
+            "metadata": {"name": "tor-md5", "namespace": "kube-bgpd-system"},
+            "type": "kubernetes.io/basic-auth",
+            "data": {"password": b64("s3cret")},
+        },
+        {"kind": "Secret", "metadata": {"name": "no-ns"}, "stringData": {"password": "p"}},
+        {"kind": "Secret", "metadata": {"name": "empty", "namespace": "x"}},
+    ]
+    dump = parse_dump(as_yaml({"kind": "List", "items": [*DUMP_OBJECTS, *secrets]}))
+    assert dict(dump.secret_passwords) == {
+        ("kube-bgpd-system", "tor-md5"): "s3cret",
+        ("default", "no-ns"): "p",
+        ("x", "empty"): None,
+    }
+    assert list(dump.snapshot.services) == ["shop/web"]  # the rest is parsed as before
+    with pytest.raises(DumpError, match=r"dump item 0 \(Secret\): has no metadata.name"):
+        parse_dump(as_yaml({"kind": "List", "items": [{"kind": "Secret", "metadata": {}}]}))

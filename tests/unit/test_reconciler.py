@@ -5,11 +5,14 @@ source with real files."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import ipaddress
+import logging
 import time
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from bgpd.model import (
     NodeName,
     PeerName,
     RouteAttributes,
+    SecretRef,
     ServiceKey,
 )
 from bgpd.reconciler import Reconciler
@@ -157,6 +161,51 @@ def dump(ip: str) -> str:
         },
     ]
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def secret(name: str, namespace: str | None, password: str | None) -> dict[str, object]:
+    meta = {"name": name, **({"namespace": namespace} if namespace else {})}
+    data = {"password": base64.b64encode(password.encode()).decode()} if password else {}
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": meta, "data": data}
+
+
+def test_cluster_file_source_resolves_password_secrets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """passwordSecret with the file source: Secrets from the same dump, looked up in the
+    ref's namespace or the speaker's; a missing Secret or password is logged by peer."""
+    peers = [
+        replace(peer("own-ns", "10.0.0.1"), password_secret=SecretRef("md5", None)),
+        replace(peer("other-ns", "10.0.0.2"), password_secret=SecretRef("md5", "infra")),
+        replace(peer("missing", "10.0.0.3"), password_secret=SecretRef("nope", None)),
+        replace(peer("empty", "10.0.0.4"), password_secret=SecretRef("empty", None)),
+        # An inline password wins: its Secret is not even looked up.
+        replace(peer("inline", "10.0.0.5"), password="x", password_secret=SecretRef("nope", None)),
+    ]
+    path = tmp_path / "cluster.yaml"
+    items = [
+        secret("md5", "kube-bgpd-system", "own"),
+        secret("md5", "infra", "other"),
+        secret("empty", "kube-bgpd-system", None),
+    ]
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    source = ClusterFileSource(path, config=config(peers=peers), namespace="kube-bgpd-system")
+    with caplog.at_level(logging.ERROR, logger="bgpd.clusterfile"):
+        source.reload()
+    assert source.synced
+    assert dict(source.secret_passwords()) == {"own-ns": "own", "other-ns": "other"}
+    logged = [(r.getMessage(), getattr(r, "kube_bgpd_context", {})) for r in caplog.records]
+    assert logged == [
+        (
+            "secrets.unreadable",
+            {"peer": "missing", "error": f"no Secret kube-bgpd-system/nope in {path}"},
+        ),
+        ("secrets.no_password", {"peer": "empty", "secret": "kube-bgpd-system/empty"}),
+    ]
+
+    # A reloaded config without Secrets: nothing resolved any more.
+    source.set_config(config(peers=[peer("own-ns", "10.0.0.1")]))
+    assert dict(source.secret_passwords()) == {}
 
 
 async def test_cluster_file_source(tmp_path: Path) -> None:
