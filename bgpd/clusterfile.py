@@ -15,7 +15,8 @@ BGPPeers' ``passwordSecret``: the Secrets come from the same file (append ``kube
 secret NAME -n NS -o yaml``), looked up in the ref's namespace or else in ``namespace``
 (the speaker's own), as the Kubernetes source looks them up in the API. A Secret the
 file lacks, or one without a ``password``, is logged naming the peer (the session then
-comes up without MD5 and the router refuses it). The file is the operator's, like ``passwordFile``: keep it private.
+comes up without MD5 and the router refuses it). The file is the operator's, like
+``passwordFile``: keep it private.
 """
 
 from __future__ import annotations
