@@ -519,6 +519,8 @@ def test_requested_drain_outlasts_the_annotations(
     out = sp.cli("drain")
     assert out.returncode == 0, out.stderr
     sp.wait_status(lambda d: d["drain"]["source"] == "request")
+    # The drain window (2 s) ends: withdrawn.
+    sp.wait_status(lambda d: d["mode"] == "withdrawn", timeout=10)
     bird.wait_rib(lambda r: not r, 10)
     # No annotation any more, and a second Service to show the dump was read again.
     sp.dump.write_text(annotated_dump([*ips, "10.99.100.6"], None))
