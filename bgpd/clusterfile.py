@@ -84,8 +84,8 @@ class ClusterFileSource:
     def _resolve_secrets(self) -> None:
         passwords: dict[PeerName, str] = {}
         for peer in self._config.peers if self._config is not None else ():
-            ref = peer.password_secret
-            if ref is None or peer.password or peer.password_file is not None:
+            ref = peer.secret_ref
+            if ref is None:
                 continue
             key = (ref.namespace or self._namespace, ref.name)
             where = f"{key[0]}/{key[1]}"

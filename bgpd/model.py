@@ -193,6 +193,14 @@ class BGPPeer:
     def is_ibgp(self) -> bool:
         return self.my_asn == self.peer_asn
 
+    @property
+    def secret_ref(self) -> SecretRef | None:
+        """The Secret this peer's MD5 key comes from: its passwordSecret, unless an inline
+        password or a passwordFile is set (they win; the loader refuses combinations)."""
+        if self.password or self.password_file is not None:
+            return None
+        return self.password_secret
+
 
 @dataclass(frozen=True, slots=True)
 class BFDProfile:

@@ -566,11 +566,6 @@ class Speaker:
         await self.rendered.wait()
         await self.runtime.run()
 
-    def drain_requested(self) -> bool:
-        """Whether this node asked to be drained (``kube-bgpd drain``): then a stop must
-        leave nothing at the routers, whatever onSigterm says."""
-        return self._drain_task is not None
-
     async def _lifecycle(self) -> None:
         await self.stop_requested.wait()
         action = self.config.speaker.on_sigterm
@@ -579,7 +574,9 @@ class Speaker:
             await self.drain()
         if self._drain_task is not None and not self._drain_task.done():
             await self._drain_task
-        retain = action is SigtermAction.RETAIN and not self.drain_requested()
+        # A node that is draining (`kube-bgpd drain`, its annotation, onSigterm drain) asked
+        # to leave the routers: then the stop leaves nothing there, whatever onSigterm says.
+        retain = action is SigtermAction.RETAIN and self._drain_task is None
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
         held = self.driver.acknowledged()

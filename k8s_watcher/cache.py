@@ -49,6 +49,7 @@ from bgpd.model import (
     Node,
     NodeName,
     PeerName,
+    SecretRef,
     Service,
     ServiceKey,
 )
@@ -526,12 +527,8 @@ class SpeakerSource(KubernetesSource):
             if self._owns_client:
                 await self._client.close()
 
-    def _secret_refs(self) -> dict[PeerName, tuple[str, str | None]]:
-        return {
-            p.name: (p.password_secret.name, p.password_secret.namespace)
-            for p in self._config.peers
-            if p.password_secret is not None and not p.password and p.password_file is None
-        }
+    def _secret_refs(self) -> dict[PeerName, SecretRef]:
+        return {p.name: ref for p in self._config.peers if (ref := p.secret_ref) is not None}
 
     async def _secrets_loop(self) -> None:
         delay = 0.5
@@ -558,8 +555,8 @@ class SpeakerSource(KubernetesSource):
     async def _read_secrets(self) -> dict[PeerName, str]:
         out: dict[PeerName, str] = {}
         default_ns = self._secret_namespace or default_namespace()
-        for peer, (name, namespace) in self._secret_refs().items():
-            ns = namespace or default_ns
+        for peer, ref in self._secret_refs().items():
+            name, ns = ref.name, ref.namespace or default_ns
             try:
                 secret = await self._client.request(
                     "GET",

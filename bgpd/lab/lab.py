@@ -201,14 +201,18 @@ def speaker_config(
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
+def client_argv(target: str, *args: str) -> list[str]:
+    """``python -m bgpd.lab.client --target TARGET ARGS`` (run it in the client namespace)."""
+    return [sys.executable, "-m", "bgpd.lab.client", "--target", target, *args]
+
+
 class HeldConnection:
     """One keep-alive connection from a namespace, held open while routes change
     (``python -m bgpd.lab.client --hold``): :meth:`ask` on it again, or on a fresh one.
     Always :meth:`close` it (``contextlib.closing``)."""
 
     def __init__(self, ns: Netns, target: str, *, port: int = 80, node: str | None = None):
-        argv = [sys.executable, "-m", "bgpd.lab.client", "--target", target]
-        argv += ["--port", str(port), "--hold", *([node] if node else [])]
+        argv = client_argv(target, "--port", str(port), "--hold", *([node] if node else []))
         self._proc = ns.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         #: The node that answered the held connection first.
         self.node = self._line()
@@ -718,15 +722,10 @@ class Lab:
 
     # -- traffic --------------------------------------------------------------------
 
-    def _client_argv(self, target: str, *args: str) -> list[str]:
-        return [sys.executable, "-m", "bgpd.lab.client", "--target", target, *args]
-
     def client(self, target: str, *, connections: int = 300, timeout: float = 3) -> Result:
         """``connections`` fresh connections from the client namespace; per-node counts."""
         client = self._client_ns()
-        argv = self._client_argv(
-            target, "--connections", str(connections), "--timeout", str(timeout)
-        )
+        argv = client_argv(target, "--connections", str(connections), "--timeout", str(timeout))
         out = client.run(argv, timeout=120)
         return Result.from_json(out.stdout)
 
@@ -734,7 +733,7 @@ class Lab:
         """A client that keeps connecting until :meth:`finish_client` (SIGTERM)."""
         client = self._client_ns()
         proc = client.popen(
-            self._client_argv(target, "--steady", *args),
+            client_argv(target, "--steady", *args),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
