@@ -6,14 +6,17 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 APT_PACKAGES := frr bird2 gobgpd mosquitto prometheus iproute2 procps nftables
 STAMP := $(VENV)/.installed
-LINT_PATHS := bgpd k8s_watcher tests $(wildcard bench)
+LINT_PATHS := bgpd k8s_watcher kbgpd_lab tests $(wildcard bench)
 
 .PHONY: test check lint unit component e2e demo apt venv clean
 
-$(STAMP): pyproject.toml
+# The product (bgpd, k8s_watcher) and, beside it, its test tools (kbgpd_lab: the lab, the
+# API simulator and the kit; a distribution of its own, never in the product's wheel).
+$(STAMP): pyproject.toml kbgpd_lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e . --group test --group lint
+	$(PY) -m pip install -q --no-deps -e ./kbgpd_lab
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -53,7 +56,7 @@ test: apt $(STAMP) lint
 	$(BIN)/pytest -q tests
 
 demo: apt $(STAMP)
-	$(BIN)/kube-bgpd lab demo
+	$(BIN)/kube-bgpd-lab demo
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -50,10 +50,10 @@ import ipaddress  # noqa: E402
 
 from bgpd.exabgp.render import render  # noqa: E402
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv  # noqa: E402
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, make_router  # noqa: E402
-from bgpd.lab.speakerfiles import node1_cluster_dump, one_peer_config  # noqa: E402
-from bgpd.lab.topology import Topology  # noqa: E402
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes  # noqa: E402
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, make_router  # noqa: E402
+from kbgpd_lab.lab.speakerfiles import node1_cluster_dump, one_peer_config  # noqa: E402
+from kbgpd_lab.lab.topology import Topology  # noqa: E402
 
 PEER = PeerName("tor")
 

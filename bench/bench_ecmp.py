@@ -15,7 +15,7 @@ under a steady client in the client namespace (``--concurrency`` keep-alive conn
 of ``--requests-per-connection`` requests ``--interval`` s apart, opened again and again).
 Each cycle prints the requests, the failed ones and their kinds; the summary gives the
 failures per cycle. The two modes differ only in the router's nftables table (see
-bgpd.lab.topology.pin_ruleset); the speakers and their configuration are the same.
+kbgpd_lab.lab.topology.pin_ruleset); the speakers and their configuration are the same.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bgpd.lab.client import Result
-from bgpd.lab.lab import Lab, LabService
+from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.lab import Lab, LabService
 
 IP = "10.99.100.1"
 WEB = LabService("web", (IP,), pod_nodes=(1, 2))

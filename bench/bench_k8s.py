@@ -79,17 +79,17 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_driver import Bare, pct, prefixes, rss_kb  # noqa: E402
 
-from bgpd.lab.apicluster import (  # noqa: E402
+from kbgpd_lab.lab.apicluster import (  # noqa: E402
     NetnsApiSimulator,
     call_in_netns,
     enter_netns,
     node_object,
 )
-from bgpd.lab.routers import BirdRouter, make_router  # noqa: E402
-from bgpd.lab.speakerfiles import one_peer_config  # noqa: E402
-from bgpd.lab.topology import Topology  # noqa: E402
+from kbgpd_lab.lab.routers import BirdRouter, make_router  # noqa: E402
+from kbgpd_lab.lab.speakerfiles import one_peer_config  # noqa: E402
+from kbgpd_lab.lab.topology import Topology  # noqa: E402
 
-API_HOST = "172.31.250.2"  # a secondary router address on br0, as bgpd/lab/lab.py uses
+API_HOST = "172.31.250.2"  # a secondary router address on br0, as kbgpd_lab/lab/lab.py uses
 API_PORT = 6443
 STATUS = "127.0.0.1:7473"  # the speaker's status/metrics listener, inside node1's netns
 NS = "default"

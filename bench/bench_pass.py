@@ -34,8 +34,6 @@ from bench_k8s import endpoint_slice, ip_of, service  # noqa: E402
 from prometheus_client.exposition import generate_latest  # noqa: E402
 
 from bgpd.config import load_config_or_raise  # noqa: E402
-from bgpd.lab.apicluster import node_object  # noqa: E402
-from bgpd.lab.speakerfiles import one_peer_config  # noqa: E402
 from bgpd.metrics import _Collected  # noqa: E402
 from bgpd.model import NodeName, ServiceKey  # noqa: E402
 from bgpd.objects import endpoint_slice_from_api, node_from_api, service_from_api  # noqa: E402
@@ -43,6 +41,8 @@ from bgpd.speaker import Speaker  # noqa: E402
 from bgpd.status import materialise  # noqa: E402
 from k8s_watcher.cache import SpeakerSource  # noqa: E402
 from k8s_watcher.client import KubeClient  # noqa: E402
+from kbgpd_lab.lab.apicluster import node_object  # noqa: E402
+from kbgpd_lab.lab.speakerfiles import one_peer_config  # noqa: E402
 
 
 async def acking_helper(path: Path) -> None:

@@ -6,7 +6,7 @@ Run from the repository root (no root needed, loopback only):
     .venv/bin/python bench/bench_watch.py [--services 10000] [--changes 200]
         [--rate 1000] [--seconds 60]
 
-The simulator runs as its own process (``kube-bgpd apiserver-sim``), so the CPU figures
+The simulator runs as its own process (``kube-bgpd-lab apiserver-sim``), so the CPU figures
 below are the watcher's alone. It measures, in one run:
 
 1. cold start: LIST of ``--services`` Services, as many EndpointSlices and 100 Nodes

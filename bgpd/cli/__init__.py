@@ -27,8 +27,6 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("controller", "controller", "run the IP allocator (leader-elected)"),
     ("status", "status", "show a running speaker's peers and routes"),
     ("drain", "drain", "gracefully shut a running speaker's routes down (RFC 8326)"),
-    ("apiserver-sim", "apisim", "run the Kubernetes API simulator (tests, demo, lab)"),
-    ("lab", "lab", "network-namespace lab with a real router and three nodes (root)"),
 )
 
 

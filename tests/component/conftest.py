@@ -1,9 +1,9 @@
 """Fixtures for tests against real routers in network namespaces (root only).
 
-* ``topology`` - a fresh :class:`bgpd.lab.topology.Topology` per test (router, node1..3,
+* ``topology`` - a fresh :class:`kbgpd_lab.lab.topology.Topology` per test (router, node1..3,
   client; unique prefix), destroyed after the test even when it fails.
 * ``make_router(kind, **opts)`` - build and start a router ("frr", "bird", "gobgp") in
-  ``topology.router``; ``opts`` are :class:`bgpd.lab.routers.RouterConfig` fields
+  ``topology.router``; ``opts`` are :class:`kbgpd_lab.lab.routers.RouterConfig` fields
   (asn, peer_asn, md5_password, graceful_restart, hold_time, static_neighbors, ...) plus
   ``bfd=True`` for FRR. Stopped after the test; on failure its logs are printed.
 * ``frr_router``, ``bird_router``, ``gobgp_router`` - ``make_router(kind)`` with defaults:
@@ -30,9 +30,9 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
-from bgpd.lab.routers import make_router as build_router
-from bgpd.lab.topology import Topology, cleanup_leftovers
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from kbgpd_lab.lab.routers import make_router as build_router
+from kbgpd_lab.lab.topology import Topology, cleanup_leftovers
 
 _counter = itertools.count(1)
 
@@ -45,7 +45,7 @@ def _failed(request: pytest.FixtureRequest) -> bool:
 @pytest.fixture(scope="session")
 def _leftovers_removed() -> list[str]:
     """Once per session: remove what killed earlier test runs left (their owner process is
-    gone; live runs and a `kube-bgpd lab up` lab are left alone)."""
+    gone; live runs and a `kube-bgpd-lab up` lab are left alone)."""
     return cleanup_leftovers()
 
 

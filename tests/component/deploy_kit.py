@@ -24,6 +24,7 @@ DEPLOY = ROOT / "deploy" / "kubernetes"
 DOCS = ROOT / "docs"
 KUBECTL = "/usr/bin/kubectl"
 KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+KUBE_BGPD_LAB = str(Path(sys.executable).with_name("kube-bgpd-lab"))
 VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
 #: Where the manifests mount the ConfigMap's config file.
 CONFIG_PATH = "/etc/kube-bgpd/config.yaml"

@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from bgpd.apisim import ApiSimulator
 from k8s_watcher.client import KubeClient
 from k8s_watcher.informer import InformerTiming
+from kbgpd_lab.apisim import ApiSimulator
 
 #: Short timings so failures and recoveries happen within a test's patience.
 FAST = InformerTiming(

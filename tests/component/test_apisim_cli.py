@@ -1,4 +1,4 @@
-"""`kube-bgpd apiserver-sim` as a process: seed files, kubeconfig out, SIGTERM."""
+"""`kube-bgpd-lab apiserver-sim` as a process: seed files, kubeconfig out, SIGTERM."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from apisim_helpers import endpoint_slice, node, service
 
-from bgpd.cli.apisim import load_objects
+from kbgpd_lab.cli.apisim import load_objects
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -60,8 +60,8 @@ def test_cli_serves_seeded_objects_to_kubectl_and_stops_on_sigterm(tmp_path: Pat
     kubeconfig = tmp_path / "kubeconfig"
     argv = [
         sys.executable,
-        "-c",
-        "import sys; from bgpd.cli import main; sys.exit(main())",
+        "-m",
+        "kbgpd_lab",
         "apiserver-sim",
         "--listen",
         "127.0.0.1:0",

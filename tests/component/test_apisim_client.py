@@ -17,7 +17,7 @@ from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 from kubernetes.aio import watch as aio_watch
 
-from bgpd.apisim import ApiSimulator, ApiSimulatorThread
+from kbgpd_lab.apisim import ApiSimulator, ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from apisim_helpers import WatchReader, endpoint_slice, node, service, summary
 
-from bgpd.apisim import ApiSimulator
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from apisim_helpers import endpoint_slice, node, service
 
-from bgpd.apisim import ApiSimulatorThread
+from kbgpd_lab.apisim import ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 

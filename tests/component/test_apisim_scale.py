@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from apisim_helpers import endpoint_slice, service
 
-from bgpd.apisim import ApiSimulator
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 

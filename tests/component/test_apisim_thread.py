@@ -9,7 +9,7 @@ import urllib.request
 import pytest
 from apisim_helpers import service
 
-from bgpd.apisim import ApiError, ApiSimulatorThread
+from kbgpd_lab.apisim import ApiError, ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

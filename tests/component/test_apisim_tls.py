@@ -11,7 +11,7 @@ from apisim_helpers import service
 from kubernetes.aio import client as aio_client
 from kubernetes.aio.config.incluster_config import InClusterConfigLoader
 
-from bgpd.apisim import ApiSimulator, ApiSimulatorThread
+from kbgpd_lab.apisim import ApiSimulator, ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from k8s_kit import FAST, client_for, lb_service, namespace, running, simulator, wait_until
 
-from bgpd.apisim import ApiSimulator
 from bgpd.config import load_config_or_raise
 from bgpd.controller import Controller, ControllerOptions, run_controller
 from bgpd.model import Config
 from k8s_watcher.client import KubeClient
 from k8s_watcher.leader import LeaderElector, LeaderTiming
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

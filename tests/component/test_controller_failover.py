@@ -21,7 +21,7 @@ import aiohttp
 import pytest
 from k8s_kit import free_port, lb_service, simulator, wait_until
 
-from bgpd.apisim import ApiSimulator
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(90)]
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from k8s_kit import lb_service, wait_until
 
-from bgpd.apisim import ApiSimulator
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(90)]
 

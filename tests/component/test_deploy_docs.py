@@ -26,8 +26,8 @@ import deploy_kit as kit
 import pytest
 import yaml
 
-from bgpd.apisim import ApiSimulatorThread
 from bgpd.config import load_config_or_raise
+from kbgpd_lab.apisim import ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 

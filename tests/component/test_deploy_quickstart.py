@@ -23,9 +23,9 @@ import deploy_kit as kit
 import pytest
 import yaml
 
-from bgpd.lab.netns import Netns
-from bgpd.lab.routers import FRRRouter, RouterConfig
-from bgpd.lab.topology import Topology
+from kbgpd_lab.lab.netns import Netns
+from kbgpd_lab.lab.routers import FRRRouter, RouterConfig
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
@@ -146,7 +146,7 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
             "apisim",
             topology.router,
             [
-                KUBE_BGPD,
+                kit.KUBE_BGPD_LAB,
                 "apiserver-sim",
                 f"--listen={API}",
                 f"--seed={tmp_path / 'seed.yaml'}",

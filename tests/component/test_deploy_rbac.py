@@ -26,7 +26,7 @@ from urllib.parse import parse_qs
 import deploy_kit as kit
 import pytest
 
-from bgpd.apisim import ApiSimulatorThread, RequestRecord
+from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 

@@ -27,9 +27,9 @@ import deploy_kit as kit
 import pytest
 import yaml
 
-from bgpd.lab.routers import BirdRouter, FRRRouter, RouterConfig
-from bgpd.lab.speakerfiles import cluster_list, node_item, service_items
-from bgpd.lab.topology import Topology
+from kbgpd_lab.lab.routers import BirdRouter, FRRRouter, RouterConfig
+from kbgpd_lab.lab.speakerfiles import cluster_list, node_item, service_items
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 

@@ -47,7 +47,7 @@ import deploy_kit as kit
 import pytest
 import yaml
 
-from bgpd.apisim import ApiSimulatorThread
+from kbgpd_lab.apisim import ApiSimulatorThread
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 

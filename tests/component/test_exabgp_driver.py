@@ -24,9 +24,6 @@ import pytest
 from bgpd.exabgp.plan import delta
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
-from bgpd.lab.netns import process_alive
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, Router
-from bgpd.lab.topology import Topology
 from bgpd.model import (
     BGPPeer,
     Config,
@@ -40,6 +37,9 @@ from bgpd.model import (
     RouteEvent,
     SessionState,
 )
+from kbgpd_lab.lab.netns import process_alive
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
 

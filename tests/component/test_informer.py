@@ -26,10 +26,10 @@ from k8s_kit import (
     wait_until,
 )
 
-from bgpd.apisim import ApiSimulator
 from bgpd.model import Node, Service
 from k8s_watcher.client import KubeClient, load_configuration
 from k8s_watcher.informer import NODES, SERVICES, Informer, InformerTiming
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

@@ -28,7 +28,6 @@ from k8s_kit import (
     wait_until,
 )
 
-from bgpd.apisim import ApiSimulator
 from bgpd.config import load_config_or_raise
 from bgpd.model import (
     ClusterSnapshot,
@@ -44,6 +43,7 @@ from bgpd.model import (
 from k8s_watcher.cache import KubernetesSource, SpeakerSource
 from k8s_watcher.client import KubeClient
 from k8s_watcher.writer import EventRecorder, EventType, ObjectRef
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 

@@ -25,7 +25,7 @@ import pytest
 import yaml
 from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator, wait_until
 
-from bgpd.apisim import ApiSimulator
+from kbgpd_lab.apisim import ApiSimulator
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 

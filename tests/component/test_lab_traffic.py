@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from bgpd.lab.client import Result
-from bgpd.lab.topology import Topology
+from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
 
@@ -30,7 +30,7 @@ def servers(topology: Topology) -> list[subprocess.Popen[bytes]]:
         node.ip("addr", "add", f"{SERVICE4}/32", "dev", "lo")
         node.ip("addr", "add", f"{SERVICE6}/128", "dev", "lo")
         proc = node.popen(
-            [sys.executable, "-m", "bgpd.lab.httpserver", "--name", f"node{i}"],
+            [sys.executable, "-m", "kbgpd_lab.lab.httpserver", "--name", f"node{i}"],
             stdout=subprocess.PIPE,
         )
         assert proc.stdout is not None
@@ -46,7 +46,7 @@ def servers(topology: Topology) -> list[subprocess.Popen[bytes]]:
 
 def run_client(topology: Topology, *args: str) -> Result:
     assert topology.client is not None
-    out = topology.client.run([sys.executable, "-m", "bgpd.lab.client", *args], timeout=60)
+    out = topology.client.run([sys.executable, "-m", "kbgpd_lab.lab.client", *args], timeout=60)
     return Result.from_json(out.stdout)
 
 

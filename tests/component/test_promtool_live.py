@@ -20,10 +20,10 @@ import pytest
 from k8s_kit import endpoint_slice, lb_service
 from k8s_kit import node as node_object
 
-from bgpd.lab.netns import Netns
-from bgpd.lab.routers import Router
-from bgpd.lab.speakerfiles import cluster_list, one_peer_config
-from bgpd.lab.topology import Topology
+from kbgpd_lab.lab.netns import Netns
+from kbgpd_lab.lab.routers import Router
+from kbgpd_lab.lab.speakerfiles import cluster_list, one_peer_config
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(240)]
 

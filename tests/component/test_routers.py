@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.lab import HeldConnection
-from bgpd.lab.netns import (
+from kbgpd_lab.lab.lab import HeldConnection
+from kbgpd_lab.lab.netns import (
     Netns,
     NetnsError,
     create_netns,
@@ -29,7 +29,7 @@ from bgpd.lab.netns import (
     netns_exists,
     process_alive,
 )
-from bgpd.lab.routers import (
+from kbgpd_lab.lab.routers import (
     BirdRouter,
     FRRRouter,
     GoBGPRouter,
@@ -38,7 +38,7 @@ from bgpd.lab.routers import (
     RouterError,
     make_router,
 )
-from bgpd.lab.topology import Topology, cleanup_leftovers
+from kbgpd_lab.lab.topology import Topology, cleanup_leftovers
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
 
@@ -143,7 +143,7 @@ def test_cleanup_leftovers_of_a_crashed_run(tmp_path: Path) -> None:
     crashed = textwrap.dedent(
         """
         import os, sys
-        from bgpd.lab.topology import Topology
+        from kbgpd_lab.lab.topology import Topology
         topo = Topology.create(nodes=2, state_dir=sys.argv[1])
         topo.nodes[0].popen(["sleep", "300"], stdout=-3, stderr=-3, start_new_session=True)
         print(topo.prefix, flush=True)
@@ -198,7 +198,7 @@ def test_router_ecmp_pinning_keeps_open_connections_on_their_node(
                 [
                     sys.executable,
                     "-m",
-                    "bgpd.lab.httpserver",
+                    "kbgpd_lab.lab.httpserver",
                     "--name",
                     f"node{i}",
                     "--port",

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from bgpd.lab.netns import process_alive
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, Router
-from bgpd.lab.speakerfiles import (
+from kbgpd_lab.lab.netns import process_alive
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, Router
+from kbgpd_lab.lab.speakerfiles import (
     NODE1_V4,
     cluster_list,
     node1_cluster_dump,
@@ -32,7 +32,7 @@ from bgpd.lab.speakerfiles import (
     one_peer_config,
     service_items,
 )
-from bgpd.lab.topology import Topology
+from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
 

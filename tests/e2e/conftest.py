@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.lab import Lab, LabService
+from kbgpd_lab.lab.lab import Lab, LabService
 
 WEB = LabService("web", ("10.99.100.1", "fd00:99:100::1"), pod_nodes=(1, 2))
 

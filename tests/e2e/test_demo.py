@@ -1,4 +1,4 @@
-"""`kube-bgpd lab demo` (what `make demo` runs) goes through its five steps and cleans up."""
+"""`kube-bgpd-lab demo` (what `make demo` runs) goes through its five steps and cleans up."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from bgpd.lab.demo import run_demo
-from bgpd.lab.lab import Lab
-from bgpd.lab.netns import netns_exists, process_alive
+from kbgpd_lab.lab.demo import run_demo
+from kbgpd_lab.lab.lab import Lab
+from kbgpd_lab.lab.netns import netns_exists, process_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
 
-# FRR is what `make demo` runs; `kube-bgpd lab demo --router bird` the same with BIRD.
+# FRR is what `make demo` runs; `kube-bgpd-lab demo --router bird` the same with BIRD.
 @pytest.mark.parametrize("router", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
 def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> None:
     out = io.StringIO()

@@ -1,6 +1,6 @@
 """End to end: real speakers on three nodes, a real router's kernel FIB, real traffic.
 
-Every test brings a lab up (bgpd.lab.lab: FRR or BIRD router, ``kube-bgpd speaker`` with
+Every test brings a lab up (kbgpd_lab.lab.lab: FRR or BIRD router, ``kube-bgpd speaker`` with
 its ExaBGP on each node, keep-alive HTTP servers, a client namespace), acts on it the way
 an operator or a failure would, and judges by the router's FIB and by client requests.
 The speakers read the cluster from a dump file the lab writes (``make_lab`` starts every
@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.apicluster import ApiClient, ApiError
-from bgpd.lab.client import Result
-from bgpd.lab.lab import Lab, LabService
-from bgpd.lab.netns import process_alive
-from bgpd.lab.routers import FibWatch
+from kbgpd_lab.lab.apicluster import ApiClient, ApiError
+from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.lab import Lab, LabService
+from kbgpd_lab.lab.netns import process_alive
+from kbgpd_lab.lab.routers import FibWatch
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 

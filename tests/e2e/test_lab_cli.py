@@ -1,4 +1,4 @@
-"""`kube-bgpd lab up|status|client|down` as a user runs it, including after a crash.
+"""`kube-bgpd-lab up|status|client|down` as a user runs it, including after a crash.
 
 Each test uses its own --state-dir, so it never sees (or removes) another run's lab.
 """
@@ -17,17 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from bgpd.lab.lab import lab_down
-from bgpd.lab.netns import netns_exists, process_alive
+from kbgpd_lab.lab.lab import lab_down
+from kbgpd_lab.lab.netns import netns_exists, process_alive
 
 pytestmark = [pytest.mark.e2e, pytest.mark.root]
 
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+KUBE_BGPD_LAB = str(Path(sys.executable).with_name("kube-bgpd-lab"))
 
 
 def lab(state: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [KUBE_BGPD, "lab", "--state-dir", str(state), *args],
+        [KUBE_BGPD_LAB, "--state-dir", str(state), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -124,7 +124,7 @@ def test_up_status_client_down(router: str, ecmp: str, state: Path) -> None:
 def test_down_after_up_was_killed_midway(router: str, state: Path) -> None:
     """`lab up` SIGKILLed while starting the speakers: `lab down` still removes it all."""
     proc = subprocess.Popen(
-        [KUBE_BGPD, "lab", "--state-dir", str(state), "up", "--router", router],
+        [KUBE_BGPD_LAB, "--state-dir", str(state), "up", "--router", router],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

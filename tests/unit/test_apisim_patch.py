@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from bgpd.apisim.errors import ApiError
-from bgpd.apisim.patch import PatchError, json_patch, merge_patch, strategic_merge
-from bgpd.apisim.resources import RESOURCES, ResourceTable
-from bgpd.apisim.selectors import field_value, parse_field_selector, parse_label_selector
+from kbgpd_lab.apisim.errors import ApiError
+from kbgpd_lab.apisim.patch import PatchError, json_patch, merge_patch, strategic_merge
+from kbgpd_lab.apisim.resources import RESOURCES, ResourceTable
+from kbgpd_lab.apisim.selectors import field_value, parse_field_selector, parse_label_selector
 
 SERVICE_KEYS = ResourceTable(RESOURCES).by_name("services").merge_keys  # type: ignore[union-attr]
 POD_KEYS = ResourceTable(RESOURCES).by_name("pods").merge_keys  # type: ignore[union-attr]

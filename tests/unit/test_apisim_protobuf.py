@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bgpd.apisim.protobuf import MAGIC, ProtobufError, decode_object
+from kbgpd_lab.apisim.protobuf import MAGIC, ProtobufError, decode_object
 
 
 def varint(n: int) -> bytes:

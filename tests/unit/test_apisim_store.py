@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from bgpd.apisim import ApiError, Store, WatchEvent
-from bgpd.apisim.defaults import Allocator
+from kbgpd_lab.apisim import ApiError, Store, WatchEvent
+from kbgpd_lab.apisim.defaults import Allocator
 
 
 def svc(name: str, svc_type: str = "ClusterIP", **spec: Any) -> dict[str, Any]:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from bgpd.apisim.resources import ResourceTable
-from bgpd.apisim.tables import human_age, table, wants_table
+from kbgpd_lab.apisim.resources import ResourceTable
+from kbgpd_lab.apisim.tables import human_age, table, wants_table
 
 NOW = datetime(2026, 1, 10, 12, 0, 0, tzinfo=UTC)
 TABLE = ResourceTable()

@@ -1,5 +1,5 @@
-"""Parsing routers' output into RibPath and session states (bgpd.lab.routers), and the
-lab's cluster dump (bgpd.lab.lab): pure functions, on output captured from FRR 8.4,
+"""Parsing routers' output into RibPath and session states (kbgpd_lab.lab.routers), and the
+lab's cluster dump (kbgpd_lab.lab.lab): pure functions, on output captured from FRR 8.4,
 BIRD 2.0.12 and GoBGP 3.10 on this kind of machine."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from bgpd.lab.lab import LabService, cluster_dump
-from bgpd.lab.routers import (
+from bgpd.objects import parse_cluster_dump
+from kbgpd_lab.lab.lab import LabService, cluster_dump
+from kbgpd_lab.lab.routers import (
     RibPath,
     parse_bird_changes,
     parse_bird_protocols,
@@ -21,7 +22,6 @@ from bgpd.lab.routers import (
     parse_gobgp_path,
     router_config,
 )
-from bgpd.objects import parse_cluster_dump
 
 BIRD_ROUTES = """\
 BIRD 2.0.12 ready.

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from bgpd.lab.routers import NODE_ASN, ROUTER_ASN
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN
 
 #: The lab router's IPv4 address on the node LAN (``Topology.router_address(4)``).
 ROUTER_V4 = "172.31.250.1"

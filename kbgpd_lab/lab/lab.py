@@ -1,17 +1,17 @@
 """The kube-bgpd lab: a ToR router, three nodes running the real speaker, a client.
 
 Role: bring the whole system up in network namespaces so people can watch it work
-(``kube-bgpd lab up|down|status``) and the e2e tests can judge it with real traffic:
+(``kube-bgpd-lab up|down|status``) and the e2e tests can judge it with real traffic:
 
 * router namespace: FRR (default) or BIRD, programming ECMP routes into its kernel FIB,
   with a static neighbour per node address and family (so a restarted router reconnects
   at once: the speakers' ExaBGP also listens);
 * node1..N: ``kube-bgpd speaker`` (with its ExaBGP) and the keep-alive HTTP server
-  (:mod:`bgpd.lab.httpserver`) answering with the node name on every service IP the lab
+  (:mod:`kbgpd_lab.lab.httpserver`) answering with the node name on every service IP the lab
   put on the node's ``lo``;
-* client namespace behind the router, where :mod:`bgpd.lab.client` runs.
+* client namespace behind the router, where :mod:`kbgpd_lab.lab.client` runs.
 
-The cluster, two ways: ``cluster="api"`` (``kube-bgpd lab up`` and the demo) runs the API
+The cluster, two ways: ``cluster="api"`` (``kube-bgpd-lab up`` and the demo) runs the API
 simulator and the controller in the router namespace; the lab writes Services,
 EndpointSlices and Nodes to the API, the controller allocates the IPs and the speakers
 watch the API (``--kubeconfig``). ``cluster="file"`` has the speakers read a cluster dump
@@ -49,7 +49,8 @@ from typing import Any, Self
 
 import yaml
 
-from bgpd.lab.apicluster import (
+from bgpd.model import IPAddress
+from kbgpd_lab.lab.apicluster import (
     API_PORT,
     ApiClient,
     ApiError,
@@ -60,9 +61,9 @@ from bgpd.lab.apicluster import (
     service_object,
     services_table,
 )
-from bgpd.lab.client import Result
-from bgpd.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
-from bgpd.lab.routers import (
+from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
+from kbgpd_lab.lab.routers import (
     NODE_ASN,
     ROUTER_ASN,
     FRRRouter,
@@ -70,13 +71,12 @@ from bgpd.lab.routers import (
     RouterError,
     make_router,
 )
-from bgpd.lab.topology import (
+from kbgpd_lab.lab.topology import (
     DEFAULT_STATE_DIR,
     Topology,
     cleanup_leftovers,
     remove_recorded,
 )
-from bgpd.model import IPAddress
 
 #: Service IP pools the lab's speakers announce from.
 POOL4 = ipaddress.IPv4Network("10.99.100.0/24")
@@ -114,6 +114,11 @@ def kube_bgpd_argv() -> list[str]:
     if found:
         return [found]
     return [sys.executable, "-c", "import sys; from bgpd.cli import main; sys.exit(main())"]
+
+
+def lab_argv() -> list[str]:
+    """How to run ``kube-bgpd-lab`` (the API simulator's process) from this interpreter."""
+    return [sys.executable, "-m", "kbgpd_lab"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,13 +207,13 @@ def speaker_config(
 
 
 def client_argv(target: str, *args: str) -> list[str]:
-    """``python -m bgpd.lab.client --target TARGET ARGS`` (run it in the client namespace)."""
-    return [sys.executable, "-m", "bgpd.lab.client", "--target", target, *args]
+    """``python -m kbgpd_lab.lab.client --target TARGET ARGS`` (run it in the client namespace)."""
+    return [sys.executable, "-m", "kbgpd_lab.lab.client", "--target", target, *args]
 
 
 class HeldConnection:
     """One keep-alive connection from a namespace, held open while routes change
-    (``python -m bgpd.lab.client --hold``): :meth:`ask` on it again, or on a fresh one.
+    (``python -m kbgpd_lab.lab.client --hold``): :meth:`ask` on it again, or on a fresh one.
     Always :meth:`close` it (``contextlib.closing``)."""
 
     def __init__(self, ns: Netns, target: str, *, port: int = 80, node: str | None = None):
@@ -326,7 +331,7 @@ class Lab:
         sdir = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR
         sdir.mkdir(parents=True, exist_ok=True)
         if (sdir / LAB_FILE).exists():
-            raise LabError(f"a lab is already up ({sdir / LAB_FILE}); run `kube-bgpd lab down`")
+            raise LabError(f"a lab is already up ({sdir / LAB_FILE}); run `kube-bgpd-lab down`")
         topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir, ecmp=ecmp)
         lab: Lab | None = None
         try:
@@ -455,7 +460,7 @@ class Lab:
             self.apisim.write_kubeconfig(self.kubeconfig)
         else:
             argv = [
-                *kube_bgpd_argv(),
+                *lab_argv(),
                 "apiserver-sim",
                 "--listen",
                 f"{host}:{API_PORT}",
@@ -705,7 +710,7 @@ class Lab:
         d = self._node_dir(i)
         log = d / "http.log"
         log.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "bgpd.lab.httpserver", "--name", f"node{i}"]
+        argv = [sys.executable, "-m", "kbgpd_lab.lab.httpserver", "--name", f"node{i}"]
         pid = self._spawn(self.topology.nodes[i - 1], argv, log)
         self._rec.servers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()

@@ -1,4 +1,4 @@
-"""`kube-bgpd apiserver-sim`: run the Kubernetes API simulator as a process.
+"""`kube-bgpd-lab apiserver-sim`: run the Kubernetes API simulator as a process.
 
 Serves on --listen until SIGTERM or SIGINT, optionally seeded from a file of objects (a
 List, a multi-document YAML stream or a JSON dump such as `kubectl get ... -o json`) and
@@ -37,6 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--token", default=None, help="require this bearer token (written to the kubeconfig)"
     )
+    parser.add_argument("--log-format", choices=("text", "json"), default="text", help="log format")
     parser.add_argument(
         "--tls",
         action="store_true",
@@ -76,11 +77,11 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
 
-    from bgpd.apisim import ApiSimulator
     from bgpd.logs import log, setup_logging
+    from kbgpd_lab.apisim import ApiSimulator
 
     setup_logging(args.log_format or "text")
-    logger = logging.getLogger("bgpd.cli.apisim")
+    logger = logging.getLogger("kbgpd_lab.cli.apisim")
     host, _, port = str(args.listen).rpartition(":")
     host = host.strip("[]") or "127.0.0.1"
 

@@ -2,7 +2,7 @@
 
 Role: show (and let tests assert) how the router spreads connections over the nodes, and
 count every failed request while speakers restart, drain or die. It runs inside the
-client namespace (``python -m bgpd.lab.client ...`` through ``ip netns exec``) and prints
+client namespace (``python -m kbgpd_lab.lab.client ...`` through ``ip netns exec``) and prints
 one JSON object (:class:`Result`) at the end.
 
 Three modes:

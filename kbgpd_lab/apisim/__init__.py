@@ -20,11 +20,11 @@ Synchronous tests use ``with ApiSimulatorThread() as sim:`` with the same names.
 This package must not import the `kubernetes` client: it is the other side of the wire.
 """
 
-from bgpd.apisim.errors import ApiError
-from bgpd.apisim.resources import METALLB_RESOURCES, RESOURCES, ResourceDef, ResourceTable
-from bgpd.apisim.server import ApiSimulator, RequestRecord
-from bgpd.apisim.store import Store, WatchEvent
-from bgpd.apisim.threaded import ApiSimulatorThread
+from kbgpd_lab.apisim.errors import ApiError
+from kbgpd_lab.apisim.resources import METALLB_RESOURCES, RESOURCES, ResourceDef, ResourceTable
+from kbgpd_lab.apisim.server import ApiSimulator, RequestRecord
+from kbgpd_lab.apisim.store import Store, WatchEvent
+from kbgpd_lab.apisim.threaded import ApiSimulatorThread
 
 __all__ = [
     "METALLB_RESOURCES",

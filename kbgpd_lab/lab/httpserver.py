@@ -6,7 +6,7 @@ answers per node to show how the router's ECMP spreads connections. ``python -m
 http.server`` does not fit (HTTP/1.0, listen backlog 5: lab-notes), so this is a few
 lines of asyncio: keep-alive by default, ``Connection: close`` honoured, a large backlog.
 
-Run: ``python -m bgpd.lab.httpserver --name node1 [--port 80] [--address 0.0.0.0 ...]``;
+Run: ``python -m kbgpd_lab.lab.httpserver --name node1 [--port 80] [--address 0.0.0.0 ...]``;
 it prints ``ready`` once listening and stops on SIGTERM/SIGINT.
 
 What it must not do: serve anything but the name (it is not a web server), or bind

@@ -1,6 +1,6 @@
 """The lab's network: a router namespace, N node namespaces on one LAN, and a client.
 
-Role: build and tear down the namespaces and links every lab test and ``kube-bgpd lab``
+Role: build and tear down the namespaces and links every lab test and ``kube-bgpd-lab``
 runs on, and record what was created in a JSON state file so a crashed run's leftovers
 can be removed later (:func:`cleanup_leftovers`), touching only what was recorded.
 
@@ -45,7 +45,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from bgpd.lab.netns import (
+from bgpd.model import IPAddress, IPNetwork
+from kbgpd_lab.lab.netns import (
     Netns,
     NetnsError,
     create_netns,
@@ -56,7 +57,6 @@ from bgpd.lab.netns import (
     processes_in,
     stop_pid,
 )
-from bgpd.model import IPAddress, IPNetwork
 
 DEFAULT_STATE_DIR = Path("/run/kube-bgpd-lab")
 
@@ -488,7 +488,7 @@ def cleanup_leftovers(
     """Remove what crashed earlier runs recorded: their PIDs and their namespaces.
 
     A state file whose owner process still runs belongs to a live run and is left
-    alone; so is a detached lab (``kube-bgpd lab up``) unless ``include_detached``.
+    alone; so is a detached lab (``kube-bgpd-lab up``) unless ``include_detached``.
     Returns the names of the namespaces removed.
     """
     directory = Path(state_dir) if state_dir is not None else DEFAULT_STATE_DIR

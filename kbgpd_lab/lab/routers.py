@@ -57,9 +57,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bgpd.lab.netns import Netns, NetnsError
-from bgpd.lab.topology import NODE_LAN4, NODE_LAN6
 from bgpd.model import IPAddress, IPNetwork
+from kbgpd_lab.lab.netns import Netns, NetnsError
+from kbgpd_lab.lab.topology import NODE_LAN4, NODE_LAN6
 
 T = TypeVar("T")
 
@@ -222,7 +222,7 @@ class Router(ABC):
     def _popen_logged(self, argv: list[str], log_name: str) -> subprocess.Popen[bytes]:
         log = (self.workdir / log_name).open("ab")
         try:
-            # Own session: a lab router outlives `kube-bgpd lab up` and its terminal.
+            # Own session: a lab router outlives `kube-bgpd-lab up` and its terminal.
             proc = self.netns.popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -395,7 +395,7 @@ class FRRRouter(Router):
         # FRR drops to user frr, which cannot enter a root-only test directory (pytest's
         # tmp_path is mode 700): its sockets, pid files, config and logs live in a
         # directory of its own under /tmp, linked from workdir and removed by close().
-        # ``rundir`` re-attaches to a running FRR (``kube-bgpd lab status``).
+        # ``rundir`` re-attaches to a running FRR (``kube-bgpd-lab status``).
         self.rundir = rundir or Path(tempfile.mkdtemp(prefix="kube-bgpd-frr-"))
         link = self.workdir / "frr"
         self.workdir.mkdir(parents=True, exist_ok=True)

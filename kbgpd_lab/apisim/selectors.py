@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bgpd.apisim.errors import bad_request
 from bgpd.model import LabelSelector, SelectorOperator, SelectorRequirement
+from kbgpd_lab.apisim.errors import bad_request
 
 _LABEL_TOKEN = re.compile(r"\s*(?:(==|!=|=|\(|\)|,|!)|([^\s=!(),]+))")
 _KEY = re.compile(

@@ -1,14 +1,14 @@
-"""`kube-bgpd lab up|down|status|client`: the network-namespace lab (root only).
+"""`kube-bgpd-lab up|down|status|client`: the network-namespace lab (root only).
 
-``up`` builds the lab (bgpd.lab.lab) and returns, leaving it running: a ToR router
+``up`` builds the lab (kbgpd_lab.lab.lab) and returns, leaving it running: a ToR router
 (FRR, or BIRD with ``--router bird``), three nodes each running the real speaker and a
 keep-alive HTTP server, and a client namespace; one Service ``demo/web`` on
 10.99.100.1 and fd00:99:100::1 with pods on node1 and node2. ``status`` shows sessions,
 the router's ECMP next hops per service IP and the processes; ``client`` sends traffic
 from the client namespace and prints the spread; ``down`` removes the lab and any leftover
 of an earlier crashed run (only what was recorded); ``demo`` is `make demo`
-(bgpd.lab.demo). This module only parses arguments and
-prints; the lab is bgpd.lab's.
+(kbgpd_lab.lab.demo). This module only parses arguments and
+prints; the lab is kbgpd_lab.lab's.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ ECMP_HELP = (
 )
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
+def configure(parser: argparse.ArgumentParser) -> Any:
+    """Add the lab's flags and actions to ``parser``; returns the sub-parsers (the
+    command adds ``apiserver-sim`` beside them)."""
     parser.add_argument(
         "--state-dir",
         default=None,
@@ -68,6 +70,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     cl.add_argument("target", nargs="?", default="10.99.100.1", help="service IP")
     cl.add_argument("--connections", type=int, default=300)
     cl.add_argument("--json", action="store_true")
+    return sub
 
 
 def _print_status(doc: dict[str, Any], services_table: str | None) -> None:
@@ -95,16 +98,16 @@ def _print_status(doc: dict[str, Any], services_table: str | None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from bgpd.lab.lab import Lab, LabError, LabService, lab_down
-    from bgpd.lab.netns import NetnsError
-    from bgpd.lab.routers import RouterError
+    from kbgpd_lab.lab.lab import Lab, LabError, LabService, lab_down
+    from kbgpd_lab.lab.netns import NetnsError
+    from kbgpd_lab.lab.routers import RouterError
 
     if os.geteuid() != 0:
-        print("kube-bgpd lab: needs root (network namespaces, FRR)", file=sys.stderr)
+        print("kube-bgpd-lab: needs root (network namespaces, FRR)", file=sys.stderr)
         return EXIT_FAIL
     try:
         if args.lab_action == "demo":
-            from bgpd.lab.demo import interactive_default, run_demo
+            from kbgpd_lab.lab.demo import interactive_default, run_demo
 
             return run_demo(
                 router=args.router,
@@ -163,9 +166,9 @@ def run(args: argparse.Namespace) -> int:
             _print_status(doc, lab.get_services_table() if doc["cluster"] == "api" else None)
         return 0
     except (LabError, NetnsError, RouterError) as exc:
-        print(f"kube-bgpd lab {args.lab_action}: {exc}", file=sys.stderr)
+        print(f"kube-bgpd-lab {args.lab_action}: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
         # The lab tore itself down on the way out (Lab.up and the demo's `with`).
-        print(f"kube-bgpd lab {args.lab_action}: interrupted", file=sys.stderr)
+        print(f"kube-bgpd-lab {args.lab_action}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from bgpd.apisim.server import ApiSimulator, RequestRecord
+from kbgpd_lab.apisim.server import ApiSimulator, RequestRecord
 
 T = TypeVar("T")
 

@@ -1,6 +1,6 @@
 """The lab's Kubernetes side: the API simulator inside the router namespace, and a client.
 
-Role: give the lab a cluster the way a user has one. The API simulator (bgpd.apisim)
+Role: give the lab a cluster the way a user has one. The API simulator (kbgpd_lab.apisim)
 listens on a second router address on the node LAN (172.31.250.2:6443), so the nodes'
 speakers and the controller reach it over the lab network and nothing listens in the
 host's namespace.
@@ -12,7 +12,7 @@ Two ways to run the simulator there:
 * :class:`NetnsApiSimulator` - in this process, on a thread that entered the router
   namespace (``setns`` is per thread for network namespaces), so tests keep the
   simulator's fault hooks (``cut_watches``, ``compact``, ``fail_next``, ``store``);
-* ``kube-bgpd apiserver-sim`` as a process in the namespace (``kube-bgpd lab up``, which
+* ``kube-bgpd-lab apiserver-sim`` as a process in the namespace (``kube-bgpd-lab up``, which
   exits and leaves the lab running).
 
 Public interface: ``enter_netns(name)``, ``call_in_netns(name, fn)``,
@@ -35,8 +35,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from bgpd.apisim.threaded import ApiSimulatorThread
-from bgpd.lab.netns import NETNS_DIR, NetnsError
+from kbgpd_lab.apisim.threaded import ApiSimulatorThread
+from kbgpd_lab.lab.netns import NETNS_DIR, NetnsError
 
 T = TypeVar("T")
 CLONE_NEWNET = 0x40000000

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any
 
-from bgpd.apisim.resources import ResourceDef
+from kbgpd_lab.apisim.resources import ResourceDef
 
 _NODE_PORTS = range(30000, 32768)
 _SERVICE_CIDR = ipaddress.IPv4Network("10.96.0.0/12")

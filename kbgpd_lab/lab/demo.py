@@ -1,4 +1,4 @@
-"""`kube-bgpd lab demo` (`make demo`): the lab, narrated, in five steps.
+"""`kube-bgpd-lab demo` (`make demo`): the lab, narrated, in five steps.
 
 Role: show a person (or CI, with ``DEMO_NONINTERACTIVE=1``) what kube-bgpd does, with
 real processes only: the API simulator and the controller allocate a LoadBalancer IP, the
@@ -13,7 +13,7 @@ nothing is canned.
 It pauses between steps for Enter unless ``DEMO_NONINTERACTIVE=1`` or stdin is not a
 terminal, and always tears the lab down (also on Ctrl-C or an error).
 
-What it must not do: touch anything outside the lab (bgpd.lab.lab holds that rule).
+What it must not do: touch anything outside the lab (kbgpd_lab.lab.lab holds that rule).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from bgpd.lab.client import Result
-from bgpd.lab.lab import Lab, LabService
-from bgpd.lab.routers import FibWatch
+from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.lab import Lab, LabService
+from kbgpd_lab.lab.routers import FibWatch
 
 
 class Narrator:

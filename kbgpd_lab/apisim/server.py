@@ -46,21 +46,21 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from bgpd.apisim import discovery, tables
-from bgpd.apisim.errors import ApiError, bad_request, expired, status_object
-from bgpd.apisim.protobuf import ProtobufError, decode_object
-from bgpd.apisim.resources import ResourceDef, ResourceTable
-from bgpd.apisim.selectors import (
+from bgpd.logs import log
+from bgpd.model import LabelSelector
+from kbgpd_lab.apisim import discovery, tables
+from kbgpd_lab.apisim.errors import ApiError, bad_request, expired, status_object
+from kbgpd_lab.apisim.protobuf import ProtobufError, decode_object
+from kbgpd_lab.apisim.resources import ResourceDef, ResourceTable
+from kbgpd_lab.apisim.selectors import (
     FieldSelector,
     parse_field_selector,
     parse_label_selector,
 )
-from bgpd.apisim.store import Key, PatchType, Record, Store, WatchEvent, encode
-from bgpd.apisim.tls import SelfSigned, make_self_signed
-from bgpd.logs import log
-from bgpd.model import LabelSelector
+from kbgpd_lab.apisim.store import Key, PatchType, Record, Store, WatchEvent, encode
+from kbgpd_lab.apisim.tls import SelfSigned, make_self_signed
 
-_LOG = logging.getLogger("bgpd.apisim")
+_LOG = logging.getLogger("kbgpd_lab.apisim")
 _JSON = "application/json"
 _PATCH_TYPES: dict[str, PatchType] = {
     "application/merge-patch+json": "merge",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bgpd.apisim.resources import VERBS, ResourceTable
+from kbgpd_lab.apisim.resources import VERBS, ResourceTable
 
 #: The version we claim; kubectl 1.32 warns on a skew larger than one minor version.
 VERSION_INFO = {

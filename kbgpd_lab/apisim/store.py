@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from bgpd.apisim import defaults
-from bgpd.apisim.errors import (
+from kbgpd_lab.apisim import defaults
+from kbgpd_lab.apisim.errors import (
     ApiError,
     already_exists,
     bad_request,
@@ -40,8 +40,8 @@ from bgpd.apisim.errors import (
     invalid,
     not_found,
 )
-from bgpd.apisim.patch import PatchError, clone, json_patch, merge_patch, strategic_merge
-from bgpd.apisim.resources import ResourceDef, ResourceTable
+from kbgpd_lab.apisim.patch import PatchError, clone, json_patch, merge_patch, strategic_merge
+from kbgpd_lab.apisim.resources import ResourceDef, ResourceTable
 
 Obj = dict[str, Any]
 Key = tuple[str, str]

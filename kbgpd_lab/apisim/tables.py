@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from bgpd.apisim.resources import ResourceDef
+from kbgpd_lab.apisim.resources import ResourceDef
 
 Obj = Mapping[str, Any]
 

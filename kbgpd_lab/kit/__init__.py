@@ -1,0 +1,1 @@
+"""The one kit for tests, benchmarks and the lab: manifests, waiting, processes."""
