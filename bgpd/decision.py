@@ -89,9 +89,6 @@ from bgpd.model import (
 from bgpd.objects import is_our_load_balancer
 
 ANNOTATION_COMMUNITIES = "kube-bgpd.io/communities"
-#: On a Node: "true" asks that node's speaker to drain (RFC 8326 for drainWindow, then
-#: withdraw), like `kube-bgpd drain`; "false" or removing it ends a drain it started.
-ANNOTATION_DRAIN = "kube-bgpd.io/drain"
 ANNOTATION_LOCAL_PREF = "kube-bgpd.io/local-pref"
 ANNOTATION_MED = "kube-bgpd.io/med"
 
@@ -725,13 +722,3 @@ class Decider:
 def _target_key(peer: PeerName, prefix: IPNetwork) -> _RouteKey:
     """route_sort_key of the route at (peer, prefix): unique per route."""
     return (peer, prefix.version, int(prefix.network_address), prefix.prefixlen)
-
-
-def drain_requested(node: Node | None) -> bool | None:
-    """What the Node's ``kube-bgpd.io/drain`` annotation asks: True (drain), False (no
-    annotation, or "false"), or None for a value that is neither, which the caller reports
-    without changing what it does (a typo must not withdraw a node, nor bring one back)."""
-    value = None if node is None else node.annotations.get(ANNOTATION_DRAIN)
-    if value is None:
-        return False
-    return {"true": True, "false": False}.get(value.strip().lower())

@@ -27,14 +27,15 @@ Public API (the Kubernetes watcher implements SnapshotSource against it):
 * ``RouteSink``: ``apply(desired)`` (the ExaBGP driver); optionally
   ``apply_changes(desired, changed)`` (``ChangeSink``): only the prefixes in ``changed``
   (per peer) may differ from the previous apply; ``desired`` is read, never kept.
-* ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0,
-  before_apply=None, on_reconciled=None)``; ``await run()``; ``kick()`` (decide again,
-  e.g. after a config reload); ``set_config(config)``; ``reconcile_once(first_change)``;
-  read-only ``last_decision``, ``last_snapshot``, ``last_latency`` (seconds from the
-  first change to apply), ``last_duration`` (seconds the pass took), ``last_changes``
-  (peer -> prefixes whose route changed in the last pass, None: unknown, maybe all),
-  ``desired_changed`` (the last pass changed the desired route set), ``decisions``
-  (count), ``skipped_unsynced``, ``skipped_stale``.
+* ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0)``. A pass has
+  two halves so that its caller can act between them from what the pass decided, never
+  by reading the reconciler back: ``decide(first_change) -> Pass | None`` (None: gated)
+  and ``apply(pass_) -> PassResult`` (decision, snapshot, changes, desired_changed,
+  latency, duration). ``reconcile_once(first_change)`` does both; ``async for first in
+  changes()`` yields once per batch of changes (debounced), ``await run()`` reconciles
+  each; ``kick()`` (decide again, e.g. after a config reload); ``set_config(config)``;
+  read-only ``last`` (the last PassResult), ``decisions`` (count), ``skipped_unsynced``,
+  ``skipped_stale``.
 
 This module decides nothing itself (bgpd.decision does) and knows no ExaBGP text.
 """
@@ -45,8 +46,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from bgpd.decision import Decider
@@ -106,6 +108,38 @@ class ChangeSink(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """A decided pass, not applied yet: what the caller needs before the apply (the
+    speaker renders ExaBGP's configuration for this Node and config here)."""
+
+    config: Config
+    snapshot: ClusterSnapshot
+    decision: Decision
+    #: Peer -> prefixes whose route changed (None: unknown, maybe all).
+    changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None
+    #: Whether the desired route set differs from the previous pass's.
+    desired_changed: bool
+    #: time.monotonic() of the first change this pass answers, and of its start.
+    first_change: float
+    started: float
+
+
+@dataclass(frozen=True, slots=True)
+class PassResult:
+    """An applied pass: what the speaker's metrics, drain and Events work from."""
+
+    config: Config
+    snapshot: ClusterSnapshot
+    decision: Decision
+    changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None
+    desired_changed: bool
+    #: Seconds from the first change to the apply.
+    latency: float
+    #: Seconds the pass took (snapshot, decide, render, apply).
+    duration: float
+
+
 class Reconciler:
     def __init__(
         self,
@@ -115,26 +149,13 @@ class Reconciler:
         source: SnapshotSource,
         sink: RouteSink,
         debounce: float = 0.0,
-        before_apply: Callable[[Config, ClusterSnapshot, Decision], None] | None = None,
-        on_reconciled: Callable[[Decision, float], None] | None = None,
     ) -> None:
         self.config = config
         self.node = node
         self.source = source
         self.sink = sink
         self.debounce = debounce
-        #: Called with each new decision before it is applied (the speaker re-renders
-        #: ExaBGP's configuration here when the Node's labels or addresses changed).
-        self.before_apply = before_apply
-        #: Called after each apply with the decision and the seconds since the change.
-        self.on_reconciled = on_reconciled
-        self.last_decision: Decision | None = None
-        self.last_snapshot: ClusterSnapshot | None = None
-        self.last_latency: float | None = None
-        #: Seconds the last pass took (snapshot, decide, render, apply): a metric.
-        self.last_duration: float | None = None
-        self.last_changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None
-        self.desired_changed = False
+        self.last: PassResult | None = None
         self.decisions = 0
         self.skipped_unsynced = 0
         self.skipped_stale = 0
@@ -150,6 +171,8 @@ class Reconciler:
         #: and changes relative to what they hold (a pass that raised breaks the chain).
         self._decider_current = False
         self._sink_current = False
+        #: _sink_current as decide() found it, for the apply() that follows.
+        self._sink_current_at_decide = False
 
     def set_config(self, config: Config) -> None:
         self.config = config
@@ -161,8 +184,14 @@ class Reconciler:
             self._kicked_at = time.monotonic()
         self._kicked.set()
 
-    def reconcile_once(self, first_change: float) -> Decision | None:
-        """One pass; returns the applied decision, or None when gated."""
+    def reconcile_once(self, first_change: float) -> PassResult | None:
+        """One pass, decided and applied; None when gated."""
+        decided = self.decide(first_change)
+        return None if decided is None else self.apply(decided)
+
+    def decide(self, first_change: float) -> Pass | None:
+        """The first half of a pass: gated on sync, then decide; apply() must follow
+        before the next decide() (the Decider's changes are relative to the last apply)."""
         if not self.source.synced:
             self.skipped_unsynced += 1
             log(_logger, logging.INFO, "reconcile.waiting_for_sync")
@@ -181,36 +210,55 @@ class Reconciler:
         else:
             snapshot = self.source.snapshot()
         self._decider_current = False
+        # A decided pass that is never applied (its caller raised) breaks the chain.
+        self._sink_current_at_decide, self._sink_current = self._sink_current, False
         decision = decider.decide(self.config, snapshot, self.node, changed=changed)
         self._decider_current = self._changes_of is not None
-        sink_current, self._sink_current = self._sink_current, False
-        self.last_changes = decider.last_changes
-        self.desired_changed = decider.desired_changed
-        if self.before_apply is not None:
-            self.before_apply(self.config, snapshot, decision)
-        if self._apply_changes is not None and sink_current and self.last_changes is not None:
-            self._apply_changes(decider.desired_view(), self.last_changes)
+        return Pass(
+            config=self.config,
+            snapshot=snapshot,
+            decision=decision,
+            changes=decider.last_changes,
+            desired_changed=decider.desired_changed,
+            first_change=first_change,
+            started=started,
+        )
+
+    def apply(self, decided: Pass) -> PassResult:
+        """The second half, for the Pass the last decide() returned: hand the desired
+        routes to the sink (only the changes when the sink holds the previous apply)."""
+        decider = self._decider
+        sink_current, self._sink_current_at_decide = self._sink_current_at_decide, False
+        if self._apply_changes is not None and sink_current and decided.changes is not None:
+            self._apply_changes(decider.desired_view(), decided.changes)
         else:
             self.sink.apply(decider.desired())
         self._sink_current = True
-        self.last_snapshot = snapshot
-        self.last_decision = decision
         self.decisions += 1
-        self.last_duration = time.monotonic() - started
-        self.last_latency = time.monotonic() - first_change
+        now = time.monotonic()
+        result = PassResult(
+            config=decided.config,
+            snapshot=decided.snapshot,
+            decision=decided.decision,
+            changes=decided.changes,
+            desired_changed=decided.desired_changed,
+            latency=now - decided.first_change,
+            duration=now - decided.started,
+        )
+        self.last = result
         log(
             _logger,
             logging.INFO,
             "reconcile.applied",
-            routes=len(decision.routes),
-            skipped=len(decision.skipped),
-            seconds=round(self.last_latency, 4),
+            routes=len(result.decision.routes),
+            skipped=len(result.decision.skipped),
+            seconds=round(result.latency, 4),
         )
-        if self.on_reconciled is not None:
-            self.on_reconciled(decision, self.last_latency)
-        return decision
+        return result
 
-    async def run(self) -> None:
+    async def changes(self) -> AsyncGenerator[float, None]:
+        """Yield once per batch of changes (source or kick(), after the debounce): the
+        time.monotonic() of the batch's first change. The caller reconciles in between."""
         changed: asyncio.Task[float] | None = None
         kicked: asyncio.Task[bool] | None = None
         try:
@@ -232,10 +280,16 @@ class Reconciler:
                         self._kicked_at = None
                 if self.debounce > 0:
                     await asyncio.sleep(self.debounce)
-                self.reconcile_once(min(firsts) if firsts else time.monotonic())
+                yield min(firsts) if firsts else time.monotonic()
         finally:
             for task in (changed, kicked):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
                         await task
+
+    async def run(self) -> None:
+        """Reconcile after each batch of changes, until cancelled."""
+        async with contextlib.aclosing(self.changes()) as batches:
+            async for first_change in batches:
+                self.reconcile_once(first_change)

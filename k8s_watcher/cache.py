@@ -429,6 +429,10 @@ class KubernetesSource:
         """Per-kind informer counters, for logs, metrics and tests."""
         return {i.kind.resource: i.stats for i in self.group.informers}
 
+    def kinds_synced(self) -> Mapping[str, bool]:
+        """Kind name -> whether its informer finished its first list (for the metrics)."""
+        return {i.kind.name: i.has_synced for i in self.group.informers}
+
 
 # --------------------------------------------------------------------------- speaker
 

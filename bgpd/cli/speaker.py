@@ -3,9 +3,10 @@ cluster state).
 
 The cluster comes from the API (``--kubeconfig``, $KUBECONFIG, ~/.kube/config, then
 in-cluster), or from a static dump (``--cluster-file``, re-read on SIGHUP and when it
-changes); bgpd.speaker.make_source picks. ``--with-controller`` also runs the IP allocator
-in this process. The command only parses flags, loads the config and hands over to
-bgpd.speaker.Speaker.
+changes); bgpd.speaker.make_source picks from the SourceOptions built here.
+``--with-controller`` also runs the IP allocator in this process, as a companion task in
+the speaker's TaskGroup: a controller that fails ends the process (exit 1, one log line).
+The command only parses flags, loads the config and hands over to bgpd.speaker.Speaker.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
     from bgpd.model import NodeName
-    from bgpd.speaker import Speaker, make_source
+    from bgpd.speaker import SourceOptions, Speaker, make_source
 
     if not args.node_name:
         print("kube-bgpd speaker: --node-name (or $NODE_NAME) is required", file=sys.stderr)
@@ -88,39 +89,46 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
+    options = SourceOptions(
+        node=NodeName(args.node_name),
+        cluster_file=Path(args.cluster_file) if args.cluster_file else None,
+        kubeconfig=args.kubeconfig,
+    )
+
     async def main() -> int:
         # The watch counters exist before the source that feeds them and the speaker
         # that exports them (bgpd.metrics).
         registry = CollectorRegistry()
         watch = WatchMetrics(registry)
+        companions = {}
+        if controller is not None:
+            # The controller campaigns for the Lease beside the speaker and stops
+            # (releasing the Lease) when the speaker stops.
+            from bgpd.controller import run_controller
+            from k8s_watcher.client import KubeClient
+
+            async def run_in_process_controller() -> None:
+                client = KubeClient.lazy(args.kubeconfig)
+                try:
+                    await run_controller(
+                        config, client, controller, registry=registry, observer=watch
+                    )
+                finally:
+                    await client.close()
+
+            companions["controller"] = run_in_process_controller
         speaker = Speaker(
             config=config,
             config_paths=args.config,
-            node=NodeName(args.node_name),
-            source=make_source(args, config, observer=watch),
+            node=options.node,
+            source=make_source(options, config, observer=watch),
             work_dir=work_dir,
             status_address=address,
             registry=registry,
             watch=watch,
+            companions=companions,
         )
-        if controller is None:
-            return await speaker.run()
-        # The controller campaigns for the Lease beside the speaker and stops (releasing
-        # the Lease) when the speaker stops.
-        from bgpd.controller import run_controller
-        from k8s_watcher.client import KubeClient
-
-        client = KubeClient.lazy(args.kubeconfig)
-        task = asyncio.create_task(
-            run_controller(config, client, controller, registry=registry, observer=watch),
-            name="controller",
-        )
-        try:
-            return await speaker.run()
-        finally:
-            task.cancel()
-            await asyncio.wait({task})
-            await client.close()
+        return await speaker.run()
 
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 
 
-def config_text(peer_port: int, work: Path) -> str:
+def config_text(peer_port: int, work: Path, exabgp_binary: str | None = None) -> str:
     docs: list[dict[str, Any]] = [
         {
             "apiVersion": "metallb.io/v1beta1",
@@ -65,6 +65,8 @@ def config_text(peer_port: int, work: Path) -> str:
             "spec": {"workDir": str(work), "drainWindow": "1s"},
         },
     ]
+    if exabgp_binary is not None:
+        docs[-1]["spec"]["exabgpBinary"] = exabgp_binary
     return yaml.safe_dump_all(docs)
 
 
@@ -100,10 +102,10 @@ async def get_status(port: int) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def speaker(
-    tmp_path: Path, kubeconfig: Path, status_port: int
+    tmp_path: Path, kubeconfig: Path, status_port: int, exabgp_binary: str | None = None
 ) -> AsyncIterator[asyncio.subprocess.Process]:
     config = tmp_path / "config.yaml"
-    config.write_text(config_text(free_port(), tmp_path / "work"))
+    config.write_text(config_text(free_port(), tmp_path / "work", exabgp_binary))
     log = tmp_path / "speaker.log"
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
@@ -208,3 +210,31 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
         lease = sim.store.get("leases", "kube-bgpd-controller", "default")
         assert lease is not None
         assert not lease["spec"].get("holderIdentity"), "released on SIGTERM"
+
+
+@pytest.mark.parametrize(
+    "binary",
+    [
+        pytest.param("/nonexistent/exabgp", id="missing"),
+        pytest.param("/bin/false", id="exits-at-once"),
+    ],
+)
+async def test_failing_exabgp_with_controller_exits_with_one_clear_line(
+    tmp_path: Path, binary: str
+) -> None:
+    """ExaBGP that cannot start, with the in-process controller beside it: the process
+    does not hang (it used to, ignoring SIGTERM); it ends by itself with exit 1 and one
+    critical line saying why, or at once on SIGTERM if it is still retrying."""
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        sim.store.create(node("n1"))
+        async with speaker(tmp_path, kubeconfig, free_port(), exabgp_binary=binary) as proc:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 60)
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(proc.wait(), 20)
+    out = (tmp_path / "speaker.log").read_text()
+    assert proc.returncode == 1, out
+    critical = [line for line in out.splitlines() if "CRITICAL" in line or "critical" in line]
+    assert len(critical) == 1, out
+    assert "Traceback" not in out

@@ -1,11 +1,11 @@
-"""The Node annotation that asks a node's speaker to drain (bgpd.decision.drain_requested)."""
+"""The Node annotation that asks a node's speaker to drain (bgpd.speaker.drain.drain_requested)."""
 
 from __future__ import annotations
 
 import pytest
 
-from bgpd.decision import ANNOTATION_DRAIN, drain_requested
 from bgpd.model import Node, NodeName
+from bgpd.speaker.drain import ANNOTATION_DRAIN, drain_requested
 
 
 def node(**annotations: str) -> Node:

@@ -10,7 +10,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from pathlib import Path
@@ -93,19 +93,25 @@ def test_gating(synced: bool, stale: bool, applies: bool) -> None:
     source, sink = MemorySource(), RecordingSink()
     source.current, source.synced, source.stale = UP, synced, stale
     r = Reconciler(config=CONFIG, node=NodeName("n1"), source=source, sink=sink)
-    decision = r.reconcile_once(time.monotonic())
-    assert (decision is not None) is applies
+    result = r.reconcile_once(time.monotonic())
+    assert (result is not None) is applies
     assert len(sink.applied) == int(applies)
     if applies:
         assert sink.last() == ROUTE
-        assert r.last_decision is decision
+        assert r.last is result
+
+
+async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
+    """Until `condition()` holds (the loop under test runs in between), at most `within`."""
+    async with asyncio.timeout(within):
+        while not condition():  # noqa: ASYNC110 - the conditions read synchronous state
+            await asyncio.sleep(0.005)
 
 
 async def test_loop_walks_states() -> None:
     """Unsynced -> synced (announce) -> stale with an empty cache (kept) -> fresh empty
     (withdraw) -> config change via kick (announce again)."""
     source, sink = MemorySource(), RecordingSink()
-    seen: list[float] = []
     r = Reconciler(
         config=config(
             pools=[pool("p", "10.99.200.0/24")],
@@ -115,18 +121,18 @@ async def test_loop_walks_states() -> None:
         node=NodeName("n1"),
         source=source,
         sink=sink,
-        on_reconciled=lambda _d, latency: seen.append(latency),
     )
     task = asyncio.create_task(r.run())
+    latencies: list[float] = []
 
     async def settle(count: int) -> None:
-        async with asyncio.timeout(5):
-            while len(sink.applied) < count:  # noqa: ASYNC110 - the sink is synchronous
-                await asyncio.sleep(0.005)
+        await wait_for(lambda: len(sink.applied) >= count)
+        assert r.last is not None
+        latencies.append(r.last.latency)
 
     try:
         source.change(UP, synced=False)
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: r.skipped_unsynced == 1)
         assert sink.applied == []
         source.change(UP)
         await settle(1)
@@ -135,14 +141,14 @@ async def test_loop_walks_states() -> None:
         await settle(2)
         assert sink.last() == ROUTE
         source.change(ClusterSnapshot(), stale=True)
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: r.skipped_stale == 1)
         assert len(sink.applied) == 2
         source.change(cluster(nodes=[node("n1")]))
         await settle(3)
         assert sink.last() == {}
         assert r.decisions == 3
         assert r.skipped_stale == 1
-        assert all(0 <= s < 5 for s in seen)
+        assert all(0 <= s < 5 for s in latencies)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -314,15 +320,7 @@ def test_changes_path_holds_what_decide_says_and_falls_back_to_whole_sets() -> N
         cluster([web, api], [eps("shop/web", ep("n1")), eps("shop/api", ep("n1"))], [n1]),
     ]
     source, sink = ChangingSource(), HoldingSink()
-    failing = [False]
-
-    def before_apply(_c: object, _s: object, _d: object) -> None:
-        if failing[0]:
-            raise RuntimeError("render failed")
-
-    r = Reconciler(
-        config=cfg, node=NodeName("n1"), source=source, sink=sink, before_apply=before_apply
-    )
+    r = Reconciler(config=cfg, node=NodeName("n1"), source=source, sink=sink)
     source.synced = True
 
     def step(snapshot: ClusterSnapshot) -> None:
@@ -333,12 +331,10 @@ def test_changes_path_holds_what_decide_says_and_falls_back_to_whole_sets() -> N
     for snapshot in steps:
         step(snapshot)
     assert sink.calls == ["all", "changes", "changes", "changes"]
-    # A pass that raised after deciding: the next one hands the whole set again.
-    failing[0] = True
+    # A pass decided but never applied (its caller raised in between, e.g. while
+    # rendering): the next one hands the whole set again.
     source.current = steps[1]
-    with pytest.raises(RuntimeError):
-        r.reconcile_once(time.monotonic())
-    failing[0] = False
+    assert r.decide(time.monotonic()) is not None
     step(steps[2])
     assert sink.calls[-1] == "all"
     step(steps[3])

@@ -1,9 +1,10 @@
 """The speaker's composition root: config, cluster source, reconciler, one ExaBGP, status.
 
-``Speaker.run()`` owns one asyncio.TaskGroup with named tasks:
+It wires; it does not decide. ``Speaker.run()`` owns one asyncio.TaskGroup with named
+tasks:
 
 * ``source``      the SnapshotSource's own loop (file polling, or the Kubernetes watch),
-* ``reconciler``  snapshot -> decide -> driver.apply,
+* ``reconciler``  each batch of changes: decide, render, apply (``reconcile_once``),
 * ``exabgp``      started after the first rendering: driver socket + sender + supervisor,
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully as SpeakerConfig
   onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
@@ -13,7 +14,12 @@
   freezes the heap (``_freeze_heap``: later full collections skip the first sync's
   objects),
 * ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
-  pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP).
+  pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP),
+* the ``companions`` given at construction (``--with-controller``: ``controller``).
+
+A companion that raises, or an ExaBGP that cannot be started at all (missing binary),
+ends the process with exit 1 and one ``speaker.task_failed`` line (``task``, ``error``);
+an ExaBGP that keeps dying, with one ``exabgp.crash_loop`` line.
 
 The status listener also serves ``/metrics`` (bgpd.metrics, read from the driver,
 supervisor, reconciler and source at scrape time; docs/observability.md).
@@ -24,37 +30,34 @@ withdrawn from, unless the node asked for a drain); SIGHUP = re-read the config 
 bad file keeps the running config) and the cluster source. Cleanup runs in ``finally``;
 CancelledError is never swallowed.
 
-Rendering ExaBGP's configuration needs I/O the pure renderer must not do, so it is done
-here before each render: the address the kernel picks to reach each peer (a connected UDP
-socket's getsockname(), which sends no packet) and passwords from passwordFile. Secret
-passwords come from the source if it offers ``secret_passwords()`` (the Kubernetes
-watcher). The rendering is redone on every decision (the Node's labels and addresses
-select peers); ExaBGP restarts only if the text changed.
-
-To add a cluster source, change ``make_source`` only.
+Each pass is consumed from what the reconciler returns (bgpd.reconciler.Pass before the
+apply, PassResult after it), never by reading the reconciler back: before the apply the
+source observes the decision (Events) and ExaBGP's configuration is rendered from
+RenderInputs (bgpd.speaker.render_inputs) for this Node (its labels and addresses select
+peers; ExaBGP restarts only if the text changed); after it, the metrics, the drain
+annotation (bgpd.speaker.drain, the one owner of the drain rules) and the convergence
+timing. Optional abilities of the source are Protocols tested once here
+(bgpd.speaker.source).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
-import ipaddress
 import logging
 import signal
-import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
 from bgpd.config import ConfigError, load_config_or_raise
-from bgpd.decision import ANNOTATION_DRAIN, drain_requested, prefix_text
+from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
 from bgpd.exabgp.render import Rendering, render
@@ -68,19 +71,20 @@ from bgpd.metrics import (
     WatchMetrics,
     metrics_routes,
 )
-from bgpd.model import (
-    BGPPeer,
-    ClusterSnapshot,
-    Config,
-    Decision,
-    DesiredRoutes,
-    IPAddress,
-    NodeName,
-    PeerName,
-    SigtermAction,
-)
+from bgpd.model import ClusterSnapshot, Config, DesiredRoutes, NodeName, PeerName, SigtermAction
 from bgpd.mqtt import MQTTPublisher
-from bgpd.reconciler import Reconciler, SnapshotSource
+from bgpd.reconciler import Pass, PassResult, Reconciler
+from bgpd.speaker import drain
+from bgpd.speaker.drain import DrainEvent, DrainState, Transition
+from bgpd.speaker.health import HealthInputs, ReadinessInputs, health, readiness
+from bgpd.speaker.render_inputs import HostRenderInputs, RenderInputs
+from bgpd.speaker.source import (
+    ConfigFollower,
+    DecisionObserver,
+    KindsSynced,
+    RunnableSource,
+    SecretPasswords,
+)
 from bgpd.status import Deferred, StatusServer
 
 _logger = logging.getLogger("bgpd.speaker")
@@ -104,81 +108,6 @@ def _freeze_heap() -> None:
     cold start nor a later route change waits for the collection."""
     gc.collect()
     gc.freeze()
-
-
-class RunnableSource(SnapshotSource, Protocol):
-    """A SnapshotSource the speaker runs: ``run()`` is its long-lived task and ``reload()``
-    re-reads on SIGHUP."""
-
-    async def run(self) -> None: ...
-
-    def reload(self) -> None: ...
-
-
-def make_source(
-    args: argparse.Namespace, config: Config, *, observer: WatchMetrics | None = None
-) -> RunnableSource:
-    """The one place that picks the cluster source from the command line. `observer`
-    counts watch events and relists (the Kubernetes source's informers take it as their
-    InformerObserver); the file source has no watch to count."""
-    from bgpd.clusterfile import ClusterFileSource
-
-    cluster_file = getattr(args, "cluster_file", None)
-    if cluster_file:
-        from k8s_watcher.client import default_namespace
-
-        # passwordSecrets without a namespace: where the Kubernetes source looks.
-        return ClusterFileSource(
-            Path(cluster_file),
-            config=config,
-            namespace=default_namespace(),
-        )
-    from k8s_watcher.cache import SpeakerSource
-
-    # --kubeconfig, $KUBECONFIG, ~/.kube/config, then in-cluster; loaded when run() starts.
-    return SpeakerSource.connect(
-        getattr(args, "kubeconfig", None),
-        config=config,
-        node=NodeName(args.node_name),
-        observer=observer,
-    )
-
-
-def kernel_choice(peer: IPAddress) -> IPAddress | None:
-    """The source address the kernel would use to reach ``peer`` (no packet is sent)."""
-    family = socket.AF_INET if peer.version == 4 else socket.AF_INET6
-    try:
-        with socket.socket(family, socket.SOCK_DGRAM) as s:
-            s.connect((str(peer), 9))
-            return ipaddress.ip_address(s.getsockname()[0])
-    except OSError:
-        return None
-
-
-def peer_passwords(
-    peers: Sequence[BGPPeer], secrets: Mapping[PeerName, str]
-) -> dict[PeerName, str | None]:
-    """Each peer's MD5 key: password, else passwordFile (trailing newline stripped), else
-    the resolved Secret. Never logged; an unreadable file is logged without its content."""
-    out: dict[PeerName, str | None] = {}
-    for p in peers:
-        if p.password:
-            out[p.name] = p.password
-        elif p.password_file is not None:
-            try:
-                out[p.name] = p.password_file.read_text(encoding="utf-8").rstrip("\r\n")
-            except OSError as exc:
-                log(
-                    _logger,
-                    logging.ERROR,
-                    "peer.password_file_unreadable",
-                    peer=p.name,
-                    error=exc.strerror,
-                )
-                out[p.name] = None
-        else:
-            out[p.name] = secrets.get(p.name)
-    return out
 
 
 def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
@@ -207,8 +136,38 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
+def _log_drain_event(event: DrainEvent) -> None:
+    """Write what the drain state machine reports (event names spelled out: they are a
+    contract, docs/observability.md)."""
+    f = event.fields
+    match event.name:
+        case "speaker.draining":
+            log(_logger, logging.INFO, "speaker.draining", **f)
+        case "speaker.drained":
+            log(_logger, logging.INFO, "speaker.drained", **f)
+        case "speaker.undrained":
+            log(_logger, logging.INFO, "speaker.undrained", **f)
+        case "speaker.drain_annotation_invalid":
+            log(_logger, logging.WARNING, "speaker.drain_annotation_invalid", **f)
+        case other:
+            raise AssertionError(f"unknown drain event {other}")
+
+
 class _Stop(Exception):
     """Raised by the lifecycle task to end the TaskGroup after a graceful stop."""
+
+
+class TaskFailed(Exception):
+    """A task that must not fail did (ExaBGP could not be started, a companion such as
+    the in-process controller raised): the process ends with one line saying which."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"{name}: {error}")
+        self.name = name
+
+
+#: A long-lived coroutine run in the speaker's TaskGroup, by task name.
+Companion = Callable[[], Awaitable[None]]
 
 
 class Speaker:
@@ -224,11 +183,22 @@ class Speaker:
         exabgp_prefix: Sequence[str] = (),
         registry: CollectorRegistry | None = None,
         watch: WatchMetrics | None = None,
+        render_inputs: RenderInputs | None = None,
+        companions: Mapping[str, Companion] | None = None,
     ) -> None:
         self.config = config
         self.config_paths = list(config_paths)
         self.node = node
         self.source = source
+        # The source's optional abilities, found once (bgpd.speaker.source).
+        self._secrets = source if isinstance(source, SecretPasswords) else None
+        self._observer = source if isinstance(source, DecisionObserver) else None
+        self._follower = source if isinstance(source, ConfigFollower) else None
+        self._kinds = source if isinstance(source, KindsSynced) else None
+        self.render_inputs = (
+            render_inputs if render_inputs is not None else HostRenderInputs(config)
+        )
+        self.companions = dict(companions or {})
         sc = config.speaker
         self.runtime = ExaBGPRuntime(
             node=node,
@@ -239,13 +209,7 @@ class Speaker:
         )
         self.driver = self.runtime.driver
         self.reconciler = Reconciler(
-            config=config,
-            node=node,
-            source=source,
-            sink=self.driver,
-            debounce=sc.debounce,
-            before_apply=self._before_apply,
-            on_reconciled=self._on_reconciled,
+            config=config, node=node, source=source, sink=self.driver, debounce=sc.debounce
         )
         self.status_server = StatusServer(status_address, self)
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
@@ -263,41 +227,50 @@ class Speaker:
         self._first_decision = asyncio.Event()
         self.rendered = asyncio.Event()
         self.stop_requested = asyncio.Event()
-        self.drain_started: float | None = None
-        self.drain_window = sc.drain_window
         self.render_warnings: tuple[str, ...] = ()
         self.render_error = ""
-        self._drain_task: asyncio.Task[None] | None = None
-        #: Who started the drain: "request" (`kube-bgpd drain`, onSigterm drain) or
-        #: "annotation" (the Node's kube-bgpd.io/drain). Only an annotation's drain ends
-        #: when its annotation does; a requested one lasts until the process stops.
-        self.drain_source: str | None = None
-        #: The last drain annotation value that was not understood (reported once).
-        self._bad_drain_annotation: str | None = None
+        #: The drain (bgpd.speaker.drain owns its rules; this only carries them out).
+        self.drain_state = DrainState(window=sc.drain_window)
+        self._drain_timer: asyncio.TimerHandle | None = None
+        #: Set once a drain's window has ended (its routes withdrawn).
+        self._drained = asyncio.Event()
 
-    # ------------------------------------------------------------------ rendering
+    # ------------------------------------------------------------------ passes
+
+    def reconcile_once(self, first_change: float) -> PassResult | None:
+        """One reconciler pass with the speaker's work around the apply; None: gated."""
+        decided = self.reconciler.decide(first_change)
+        if decided is None:
+            return None
+        self._before_apply(decided)
+        result = self.reconciler.apply(decided)
+        self._after_apply(result)
+        return result
+
+    async def _reconcile(self) -> None:
+        async with contextlib.aclosing(self.reconciler.changes()) as batches:
+            async for first_change in batches:
+                self.reconcile_once(first_change)
 
     def render_now(self, snapshot: ClusterSnapshot) -> Rendering:
         node = snapshot.nodes.get(self.node)
-        kernel = {p.name: kernel_choice(p.peer_address) for p in self.config.peers}
-        secrets_of = getattr(self.source, "secret_passwords", None)
-        secrets: Mapping[PeerName, str] = secrets_of() if callable(secrets_of) else {}
+        secrets: Mapping[PeerName, str] = (
+            self._secrets.secret_passwords() if self._secrets is not None else {}
+        )
         return render(
             self.config,
             node,
-            kernel_choices=kernel,
-            passwords=peer_passwords(self.config.peers, secrets),
+            kernel_choices=self.render_inputs.kernel_choices(node),
+            passwords=self.render_inputs.passwords(secrets),
             helper_argv=helper_argv(),
         )
 
-    def _before_apply(self, config: Config, snapshot: ClusterSnapshot, decision: Decision) -> None:
-        del config
+    def _before_apply(self, decided: Pass) -> None:
         # The Kubernetes source records "started/stopped announcing" Events (never blocks).
-        observe = getattr(self.source, "observe_decision", None)
-        if callable(observe):
-            observe(decision, changes=self.reconciler.last_changes)
+        if self._observer is not None:
+            self._observer.observe_decision(decided.decision, changes=decided.changes)
         try:
-            rendering = self.render_now(snapshot)
+            rendering = self.render_now(decided.snapshot)
         except (ExaBGPError, ValueError) as exc:
             # Keep the running ExaBGP and its configuration; say why.
             self.render_error = str(exc)
@@ -311,6 +284,28 @@ class Speaker:
         if self.runtime.configure(rendering):
             log(_logger, logging.INFO, "exabgp.reconfigured", neighbors=len(rendering.neighbors))
         self.rendered.set()
+
+    def _after_apply(self, result: PassResult) -> None:
+        """Record the decide phase now; _convergence() times the acknowledge phase, only
+        when the desired routes changed (a pass that changes nothing sends nothing)."""
+        self.metrics.observe_convergence(ConvergencePhase.DECIDE, result.latency)
+        node = result.snapshot.nodes.get(self.node)
+        self._drain_step(
+            drain.annotate(self.drain_state, drain.annotation_value(node), time.time())
+        )
+        self._first_decision.set()
+        self.metrics.observe_reconcile(result.duration)
+        # The Decider says whether the desired set changed (no second by_peer() and
+        # comparison of every route per pass).
+        if not result.desired_changed:
+            return
+        now = time.monotonic()
+        first = now - result.latency
+        # Keep the oldest change not acknowledged yet: "total" is what an operator waits.
+        if self._unconverged is not None:
+            first = min(first, self._unconverged[0])
+        self._unconverged = (first, now)
+        self._applied.set()
 
     # ------------------------------------------------------------------ signals
 
@@ -332,84 +327,46 @@ class Speaker:
             for w in warnings:
                 log(_logger, logging.WARNING, "config.warning", warning=str(w))
             self.config = config
+            self.render_inputs.set_config(config)
             self.reconciler.set_config(config)
             # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
-            set_config = getattr(self.source, "set_config", None)
-            if callable(set_config):
-                set_config(config)
+            if self._follower is not None:
+                self._follower.set_config(config)
             log(_logger, logging.INFO, "config.reloaded")
         self.source.reload()
 
     # ------------------------------------------------------------------ drain
 
     async def drain(self) -> Mapping[str, Any]:
-        """RFC 8326: re-announce everything with GRACEFUL_SHUTDOWN, hold, then withdraw."""
-        self.start_drain("request")
+        """POST /drain: RFC 8326 (re-announce with GRACEFUL_SHUTDOWN, hold, withdraw)."""
+        self._drain_step(drain.request(self.drain_state, time.time()))
         return self._drain_status()
 
-    def start_drain(self, source: str) -> None:
-        if source == "request" and self.drain_source == "annotation":
-            # An operator's drain outlasts the annotation's: removing it must not undo this.
-            self.drain_source = source
-            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window, source=source)
-        if self._drain_task is None:
-            self.drain_started = time.time()
-            self.drain_source = source
-            log(_logger, logging.INFO, "speaker.draining", window=self.drain_window, source=source)
-            self.driver.set_mode(DriverMode.DRAINING)
-            self._drain_task = asyncio.create_task(self._drain(), name="drain")
+    def _drain_step(self, t: Transition) -> None:
+        """Carry out what the drain state machine says: mode, log lines, timer."""
+        self.drain_state = t.state
+        for event in t.events:
+            _log_drain_event(event)
+        if t.mode is not None:
+            self.driver.set_mode(t.mode)
+        if self._drain_timer is not None and (t.wake_at is not None or not t.state.draining):
+            self._drain_timer.cancel()
+            self._drain_timer = None
+        if t.wake_at is not None:
+            delay = max(0.0, t.wake_at - time.time())
+            self._drain_timer = asyncio.get_running_loop().call_later(delay, self._drain_tick)
+        if t.state.mode is DriverMode.WITHDRAWN:
+            self._drained.set()
+        else:
+            self._drained.clear()
 
-    def end_drain(self) -> None:
-        """Announce normally again: the annotation that asked for the drain is gone."""
-        task, self._drain_task = self._drain_task, None
-        if task is not None:
-            task.cancel()
-        self.drain_started = None
-        self.drain_source = None
-        self.driver.set_mode(DriverMode.NORMAL)
-        log(_logger, logging.INFO, "speaker.undrained")
-
-    def _follow_drain_annotation(self, snapshot: ClusterSnapshot | None) -> None:
-        """Start or end a drain as this node's kube-bgpd.io/drain annotation says."""
-        if snapshot is None or self.stop_requested.is_set():
-            return  # stopping: _lifecycle owns the driver's mode now
-        node = snapshot.nodes.get(self.node)
-        wanted = drain_requested(node)
-        if wanted is None:
-            value = None if node is None else node.annotations.get(ANNOTATION_DRAIN)
-            if value != self._bad_drain_annotation:
-                log(
-                    _logger,
-                    logging.WARNING,
-                    "speaker.drain_annotation_invalid",
-                    annotation=ANNOTATION_DRAIN,
-                    value=value,
-                    expected="true or false",
-                    kept="draining" if self._drain_task is not None else "announcing",
-                )
-            self._bad_drain_annotation = value
-            return
-        self._bad_drain_annotation = None
-        if wanted and self._drain_task is None:
-            self.start_drain("annotation")
-        elif not wanted and self.drain_source == "annotation":
-            self.end_drain()
-
-    async def _drain(self) -> None:
-        await asyncio.sleep(self.drain_window)
-        self.driver.set_mode(DriverMode.WITHDRAWN)
-        log(_logger, logging.INFO, "speaker.drained")
+    def _drain_tick(self) -> None:
+        self._drain_timer = None
+        self._drain_step(drain.tick(self.drain_state, time.time()))
 
     def _drain_status(self) -> dict[str, Any]:
-        return {
-            "mode": str(self.driver.mode),
-            "started": self.drain_started,
-            "source": self.drain_source,
-            "window": self.drain_window,
-            "withdraw_at": None
-            if self.drain_started is None
-            else self.drain_started + self.drain_window,
-        }
+        # The driver's mode: a stop (withdraw, retain) sets it beyond the drain's.
+        return {**self.drain_state.status(), "mode": str(self.driver.mode)}
 
     # ------------------------------------------------------------------ observability
 
@@ -418,8 +375,12 @@ class Speaker:
         return SpeakerProbes(
             peers=self.driver.peer_status,
             routes=self.driver.acknowledged,
-            decision=lambda: self.reconciler.last_decision,
-            snapshot=lambda: self.reconciler.last_snapshot,
+            decision=lambda: (
+                None if self.reconciler.last is None else self.reconciler.last.decision
+            ),
+            snapshot=lambda: (
+                None if self.reconciler.last is None else self.reconciler.last.snapshot
+            ),
             running=lambda: sup.pid is not None,
             restarts=lambda: sup.restarts,
             commands=lambda: self.driver.stats.commands_sent,
@@ -432,31 +393,9 @@ class Speaker:
 
     def _kinds_synced(self) -> Mapping[str, bool]:
         """Per kind when the source has informers (Kubernetes), else the source as one."""
-        group = getattr(self.source, "group", None)
-        informers = getattr(group, "informers", None)
-        if informers:
-            return {i.kind.name: i.has_synced for i in informers}
+        if self._kinds is not None:
+            return self._kinds.kinds_synced()
         return {"cluster": self.source.synced}
-
-    def _on_reconciled(self, decision: Decision, latency: float) -> None:
-        """Record the decide phase now; _convergence() times the acknowledge phase, only
-        when the desired routes changed (a pass that changes nothing sends nothing)."""
-        self.metrics.observe_convergence(ConvergencePhase.DECIDE, latency)
-        self._follow_drain_annotation(self.reconciler.last_snapshot)
-        self._first_decision.set()
-        if self.reconciler.last_duration is not None:
-            self.metrics.observe_reconcile(self.reconciler.last_duration)
-        # The Decider says whether the desired set changed (no second by_peer() and
-        # comparison of every route per pass).
-        if not self.reconciler.desired_changed:
-            return
-        now = time.monotonic()
-        first = now - latency
-        # Keep the oldest change not acknowledged yet: "total" is what an operator waits.
-        if self._unconverged is not None:
-            first = min(first, self._unconverged[0])
-        self._unconverged = (first, now)
-        self._applied.set()
 
     async def _freeze_heap_once(self) -> None:
         """See _freeze_heap: once the first decision's routes reached ExaBGP."""
@@ -491,20 +430,21 @@ class Speaker:
 
     def health(self) -> tuple[bool, str]:
         sup = self.runtime.supervisor
-        if self.rendered.is_set() and sup.pid is None and not sup.stopping:
-            return False, "exabgp is not running"
-        return True, "ok"
+        return health(
+            HealthInputs(
+                rendered=self.rendered.is_set(), running=sup.pid is not None, stopping=sup.stopping
+            )
+        )
 
     def readiness(self) -> tuple[bool, str]:
-        if not self.source.synced:
-            return False, "cluster source not synced"
-        if not self.rendered.is_set():
-            return False, "exabgp not configured yet"
-        if not self.driver.connected:
-            return False, "exabgp helper not connected"
-        if self.reconciler.last_decision is None:
-            return False, "no decision applied yet"
-        return True, "ok"
+        return readiness(
+            ReadinessInputs(
+                synced=self.source.synced,
+                rendered=self.rendered.is_set(),
+                connected=self.driver.connected,
+                decided=self.reconciler.last is not None,
+            )
+        )
 
     def status(self) -> Mapping[str, Any]:
         peers = [
@@ -520,7 +460,8 @@ class Speaker:
             for s in self.driver.peer_status().values()
         ]
         sup = self.runtime.supervisor
-        decision = self.reconciler.last_decision
+        last = self.reconciler.last
+        decision = None if last is None else last.decision
         return {
             "node": self.node,
             "mode": str(self.driver.mode),
@@ -543,7 +484,7 @@ class Speaker:
             "decision": {
                 "routes": 0 if decision is None else len(decision.routes),
                 "skipped": 0 if decision is None else len(decision.skipped),
-                "latency": self.reconciler.last_latency,
+                "latency": None if last is None else last.latency,
             },
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
             # Built off the event loop (StatusServer), like the routes.
@@ -564,19 +505,23 @@ class Speaker:
 
     async def _run_exabgp(self) -> None:
         await self.rendered.wait()
-        await self.runtime.run()
+        try:
+            await self.runtime.run()
+        except* OSError as group:  # the binary is missing or not executable
+            first = _leaves(group)[0]
+            raise TaskFailed("exabgp", first) from first
 
     async def _lifecycle(self) -> None:
         await self.stop_requested.wait()
         action = self.config.speaker.on_sigterm
         log(_logger, logging.INFO, "speaker.stopping", on_sigterm=str(action))
-        if action is SigtermAction.DRAIN and self._drain_task is None:
+        if action is SigtermAction.DRAIN and not self.drain_state.draining:
             await self.drain()
-        if self._drain_task is not None and not self._drain_task.done():
-            await self._drain_task
+        if self.drain_state.mode is DriverMode.DRAINING:
+            await self._drained.wait()
         # A node that is draining (`kube-bgpd drain`, its annotation, onSigterm drain) asked
         # to leave the routers: then the stop leaves nothing there, whatever onSigterm says.
-        retain = action is SigtermAction.RETAIN and self._drain_task is None
+        retain = action is SigtermAction.RETAIN and not self.drain_state.draining
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
         held = self.driver.acknowledged()
@@ -598,7 +543,15 @@ class Speaker:
         raise _Stop
 
     def request_stop(self) -> None:
+        self._drain_step(drain.stop(self.drain_state))
         self.stop_requested.set()
+
+    async def _companion(self, name: str, companion: Companion) -> None:
+        """Run a companion; its failure ends the group as TaskFailed."""
+        try:
+            await companion()
+        except Exception as exc:
+            raise TaskFailed(name, exc) from exc
 
     async def run(self) -> int:
         """Run until SIGTERM/SIGINT; returns the exit code."""
@@ -626,7 +579,7 @@ class Speaker:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.source.run(), name="source")
-                tg.create_task(self.reconciler.run(), name="reconciler")
+                tg.create_task(self._reconcile(), name="reconciler")
                 tg.create_task(self._run_exabgp(), name="exabgp")
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
@@ -635,11 +588,24 @@ class Speaker:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()
                     tg.create_task(self.mqtt.follow(events), name="mqtt-events")
+                for name, companion in self.companions.items():
+                    tg.create_task(self._companion(name, companion), name=name)
         except* _Stop:
             code = 0
         except* CrashLoopError as group:
             for exc in _leaves(group):
                 log(_logger, logging.CRITICAL, "exabgp.crash_loop", error=str(exc))
+            code = 1
+        except* TaskFailed as group:
+            for exc in _leaves(group):
+                assert isinstance(exc, TaskFailed)
+                log(
+                    _logger,
+                    logging.CRITICAL,
+                    "speaker.task_failed",
+                    task=exc.name,
+                    error=str(exc.__cause__),
+                )
             code = 1
         finally:
             sys.setswitchinterval(previous_interval)

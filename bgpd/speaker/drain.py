@@ -1,0 +1,178 @@
+"""Drain (RFC 8326), the one owner of its rules: a pure state machine.
+
+Three inputs ask for or end a drain: the operator (`kube-bgpd drain`, i.e. POST /drain, and
+SpeakerConfig onSigterm drain), the Node's ``kube-bgpd.io/drain`` annotation, and the
+clock (the window ends). Each transition takes the current ``DrainState`` and the time
+and returns a ``Transition``: the new state, the driver mode to set (None: unchanged),
+the log events to write and when to be ticked again. No I/O, no clock, no asyncio task:
+the speaker (bgpd.speaker.app) turns the outputs into ``driver.set_mode`` calls, log
+lines and one timer.
+
+The rules:
+
+* a drain announces every route with GRACEFUL_SHUTDOWN (DriverMode.DRAINING) for
+  SpeakerConfig.drainWindow seconds, then withdraws them (WITHDRAWN), never before;
+* an operator's drain lasts until the process stops: no annotation undoes it (one that
+  comes on top of an annotation's drain takes it over, keeping its window);
+* the annotation "true" starts a drain; "false" or its removal ends only a drain the
+  annotation started (announcing normally again);
+* a value that is neither "true" nor "false" changes nothing (a typo must neither
+  withdraw a node nor bring one back); it is reported once per value;
+* once the speaker is stopping, the annotation is no longer followed (the stop owns the
+  driver's mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from bgpd.exabgp.driver import DriverMode
+from bgpd.model import Node
+
+#: On a Node: "true" asks that node's speaker to drain (RFC 8326 for drainWindow, then
+#: withdraw), like `kube-bgpd drain`; "false" or removing it ends a drain it started.
+ANNOTATION_DRAIN = "kube-bgpd.io/drain"
+
+
+def annotation_value(node: Node | None) -> str | None:
+    """The Node's ``kube-bgpd.io/drain`` value as written (None: absent or no Node)."""
+    return None if node is None else node.annotations.get(ANNOTATION_DRAIN)
+
+
+def drain_requested(node: Node | None) -> bool | None:
+    """What the Node's ``kube-bgpd.io/drain`` annotation asks: True (drain), False (no
+    annotation, or "false"), or None for a value that is neither, which the caller reports
+    without changing what it does (a typo must not withdraw a node, nor bring one back)."""
+    return parse_annotation(annotation_value(node))
+
+
+def parse_annotation(value: str | None) -> bool | None:
+    """The annotation's value (None: absent) -> True, False, or None (not understood)."""
+    if value is None:
+        return False
+    return {"true": True, "false": False}.get(value.strip().lower())
+
+
+class DrainSource(StrEnum):
+    """Who started the drain: only an annotation's drain ends with its annotation."""
+
+    REQUEST = "request"
+    ANNOTATION = "annotation"
+
+
+@dataclass(frozen=True, slots=True)
+class DrainEvent:
+    """A log event for the speaker to write (stable name, key/value context)."""
+
+    name: str
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainState:
+    """Where the drain is. `started` is in the clock the caller passes (wall clock in
+    the speaker, for /status)."""
+
+    window: float
+    mode: DriverMode = DriverMode.NORMAL
+    source: DrainSource | None = None
+    started: float | None = None
+    stopping: bool = False
+    #: The last annotation value that was not understood (reported once).
+    bad_annotation: str | None = None
+
+    @property
+    def draining(self) -> bool:
+        """A drain was asked for (in its window, or its routes already withdrawn)."""
+        return self.source is not None
+
+    @property
+    def withdraw_at(self) -> float | None:
+        return None if self.started is None else self.started + self.window
+
+    def status(self) -> dict[str, Any]:
+        """The "drain" part of /status and the answer to POST /drain."""
+        return {
+            "mode": str(self.mode),
+            "started": self.started,
+            "source": None if self.source is None else str(self.source),
+            "window": self.window,
+            "withdraw_at": self.withdraw_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: DrainState
+    #: The driver mode to set now (None: leave it).
+    mode: DriverMode | None = None
+    events: tuple[DrainEvent, ...] = ()
+    #: When to call tick() next (None: no timer needed).
+    wake_at: float | None = None
+
+
+def _start(state: DrainState, source: DrainSource, now: float) -> Transition:
+    started = replace(state, mode=DriverMode.DRAINING, source=source, started=now)
+    return Transition(
+        started,
+        mode=DriverMode.DRAINING,
+        events=(DrainEvent("speaker.draining", {"window": state.window, "source": str(source)}),),
+        wake_at=started.withdraw_at,
+    )
+
+
+def request(state: DrainState, now: float) -> Transition:
+    """The operator asks for a drain (idempotent)."""
+    if state.source is DrainSource.REQUEST:
+        return Transition(state)
+    if state.source is DrainSource.ANNOTATION:
+        # An operator's drain outlasts the annotation's: removing it must not undo this.
+        taken = replace(state, source=DrainSource.REQUEST)
+        event = DrainEvent("speaker.draining", {"window": state.window, "source": "request"})
+        return Transition(taken, events=(event,))
+    return _start(state, DrainSource.REQUEST, now)
+
+
+def annotate(state: DrainState, value: str | None, now: float) -> Transition:
+    """The Node's drain annotation is `value` (None: absent, or no Node)."""
+    if state.stopping:
+        return Transition(state)
+    wanted = parse_annotation(value)
+    if wanted is None:
+        if value == state.bad_annotation:
+            return Transition(state)
+        event = DrainEvent(
+            "speaker.drain_annotation_invalid",
+            {
+                "annotation": ANNOTATION_DRAIN,
+                "value": value,
+                "expected": "true or false",
+                "kept": "draining" if state.draining else "announcing",
+            },
+        )
+        return Transition(replace(state, bad_annotation=value), events=(event,))
+    state = replace(state, bad_annotation=None)
+    if wanted and not state.draining:
+        return _start(state, DrainSource.ANNOTATION, now)
+    if not wanted and state.source is DrainSource.ANNOTATION:
+        ended = replace(state, mode=DriverMode.NORMAL, source=None, started=None)
+        return Transition(ended, mode=DriverMode.NORMAL, events=(DrainEvent("speaker.undrained"),))
+    return Transition(state)
+
+
+def tick(state: DrainState, now: float) -> Transition:
+    """The clock: withdraw once the window has passed (else say when to look again)."""
+    deadline = state.withdraw_at
+    if state.mode is not DriverMode.DRAINING or deadline is None:
+        return Transition(state)
+    if now < deadline:
+        return Transition(state, wake_at=deadline)
+    withdrawn = replace(state, mode=DriverMode.WITHDRAWN)
+    return Transition(withdrawn, mode=DriverMode.WITHDRAWN, events=(DrainEvent("speaker.drained"),))
+
+
+def stop(state: DrainState) -> Transition:
+    """The speaker is stopping: the annotation is no longer followed."""
+    return Transition(replace(state, stopping=True))

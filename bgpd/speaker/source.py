@@ -1,0 +1,98 @@
+"""The cluster source the speaker runs, and the optional abilities a source may have.
+
+``make_source`` is the one place that picks the source (a cluster dump or the
+Kubernetes API) from ``SourceOptions``; to add a source, change it only. Abilities
+beyond ``RunnableSource`` are runtime-checkable Protocols the speaker tests once, at
+construction (``isinstance``), so mypy checks both sides:
+
+* ``SecretPasswords``: MD5 keys from BGPPeers' passwordSecrets (both sources);
+* ``DecisionObserver``: sees each decision before it is applied (the Kubernetes source
+  records "started/stopped announcing" Events);
+* ``ConfigFollower``: takes a reloaded config (the Secrets it names may differ);
+* ``KindsSynced``: per-kind sync state for the metrics (the Kubernetes source's
+  informers); without it the source counts as one kind, "cluster".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from bgpd.metrics import WatchMetrics
+from bgpd.model import Config, Decision, IPNetwork, NodeName, PeerName
+from bgpd.reconciler import SnapshotSource
+
+
+class RunnableSource(SnapshotSource, Protocol):
+    """A SnapshotSource the speaker runs: ``run()`` is its long-lived task and ``reload()``
+    re-reads on SIGHUP."""
+
+    async def run(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+
+@runtime_checkable
+class SecretPasswords(Protocol):
+    def secret_passwords(self) -> Mapping[PeerName, str]:
+        """Peer -> password from its passwordSecret."""
+        ...
+
+
+@runtime_checkable
+class DecisionObserver(Protocol):
+    def observe_decision(
+        self,
+        decision: Decision,
+        changes: Mapping[PeerName, AbstractSet[IPNetwork]] | None = None,
+    ) -> None:
+        """`changes`: the (peer, prefix) whose route may differ from the previous
+        decision's, None when unknown. Never blocks."""
+        ...
+
+
+@runtime_checkable
+class ConfigFollower(Protocol):
+    def set_config(self, config: Config) -> None: ...
+
+
+@runtime_checkable
+class KindsSynced(Protocol):
+    def kinds_synced(self) -> Mapping[str, bool]:
+        """Kind name -> whether its first list finished."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """What picks and connects the cluster source (bgpd.cli.speaker builds it)."""
+
+    node: NodeName
+    #: A cluster dump to read instead of the API.
+    cluster_file: Path | None = None
+    #: --kubeconfig; None: $KUBECONFIG, ~/.kube/config, then in-cluster.
+    kubeconfig: str | None = None
+
+
+def make_source(
+    options: SourceOptions, config: Config, *, observer: WatchMetrics | None = None
+) -> RunnableSource:
+    """The one place that picks the cluster source. `observer` counts watch events and
+    relists (the Kubernetes source's informers take it as their InformerObserver); the
+    file source has no watch to count."""
+    from bgpd.clusterfile import ClusterFileSource
+
+    if options.cluster_file is not None:
+        from k8s_watcher.client import default_namespace
+
+        # passwordSecrets without a namespace: where the Kubernetes source looks.
+        return ClusterFileSource(options.cluster_file, config=config, namespace=default_namespace())
+    from k8s_watcher.cache import SpeakerSource
+
+    # The credentials are loaded when run() starts.
+    return SpeakerSource.connect(
+        options.kubeconfig, config=config, node=options.node, observer=observer
+    )
