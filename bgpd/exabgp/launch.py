@@ -27,6 +27,7 @@ This module must not import anything from kube-bgpd: it runs inside ExaBGP's pro
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import hashlib
@@ -254,8 +255,9 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
     before ExaBGP starts, and a launcher bug must cost speed, never the BGP sessions."""
     reason: Unmodified | None
     try:
-        digests = {target: source_digest(target) for target in RELIED_ON}
+        # Asked to stand back: do not even read the sources.
         requested = bool(environ.get(UNMODIFIED_ENV))
+        digests = {} if requested else {target: source_digest(target) for target in RELIED_ON}
         reason, detail = check(digests, RELIED_ON, requested=requested)
         if reason is None:
             _install()
@@ -270,7 +272,8 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
         # "warning" makes the supervisor relay the line at WARNING level; one line, so
         # newlines in an exception's text are flattened.
         text = " ".join(f"kube-bgpd launcher warning: {line}".split())
-        print(text, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError, ValueError):  # no usable stderr: still start
+            print(text, file=sys.stderr, flush=True)
     return reason
 
 
