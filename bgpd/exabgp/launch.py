@@ -1,4 +1,4 @@
-"""Start ExaBGP in this interpreter with two verified hot spots made cheaper.
+"""Start ExaBGP in this interpreter with two verified hot spots made cheaper, or unmodified.
 
 ``python -m bgpd.exabgp.launch server CONF`` is ``python -m exabgp server CONF`` after
 two changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts in a
@@ -11,47 +11,181 @@ to (the Change, its NLRI and its attribute set): the attribute and NLRI field ob
 never mutated in place after parsing. Second, the reactor may run :data:`ASYNC_STEPS`
 queued route steps per loop turn instead of 50 (see there).
 
-Both are applied only when ExaBGP's ``remove_self`` is byte-for-byte the source they were
-checked against (:data:`VERIFIED_SOURCE_SHA256`, ExaBGP 5.0.15) and its step limit is the
-known 50; any other ExaBGP runs unmodified and says so on stderr, which the supervisor
-logs. Figures in docs/benchmarks.md. This module must not import anything from kube-bgpd:
-it runs inside ExaBGP's process.
+The launcher fails open: it must never be the reason ExaBGP does not start. Both changes
+are applied only when the source of every ExaBGP function and class the replacement
+calls or assumes (:data:`RELIED_ON`) is byte-for-byte what it was checked against
+(ExaBGP 5.0.15, pinned in pyproject.toml); a changed or missing source (an ExaBGP
+installed without its .py files), ``$KUBE_BGPD_EXABGP_UNMODIFIED`` set, or any exception
+while checking or patching means ExaBGP runs unmodified, correct and slower with many
+routes. The launcher then prints one line with "warning" and the reason on stderr, which
+the supervisor logs at WARNING. It also compares the route steps the driver may keep
+queued (``$KUBE_BGPD_EXABGP_STEPS``, set by the runtime) with the step limit in force in
+this ExaBGP, read from its reactor class, and says so when a turn cannot take them all.
+
+This module must not import anything from kube-bgpd: it runs inside ExaBGP's process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import functools
 import hashlib
+import importlib
 import inspect
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
-#: sha256 of ``inspect.getsource(exabgp.bgp.neighbor.Neighbor.remove_self)`` in the
-#: ExaBGP release the replacement was verified against (5.0.15).
-VERIFIED_SOURCE_SHA256 = "cbd04747e6f3e8345b2591aea898be36c58c4a3fa26c2aecef1909d05ef517a2"
+#: Set (to anything but empty) to run ExaBGP unmodified: the escape hatch should the
+#: patch ever be suspected, and how the component test takes the fallback path.
+UNMODIFIED_ENV = "KUBE_BGPD_EXABGP_UNMODIFIED"
+#: The most route steps the driver keeps queued in ExaBGP (:func:`queued_steps`).
+STEPS_ENV = "KUBE_BGPD_EXABGP_STEPS"
 
+#: sha256 of ``inspect.getsource`` of each ExaBGP function or class the replacement calls
+#: or relies on, in the release it was verified against (5.0.15). Whole classes where
+#: :func:`remove_self` copies instances field by field or builds them, so a new field, a
+#: ``__slots__`` or a changed cache is a difference too.
+RELIED_ON: Mapping[str, str] = {
+    # The original: the contract the replacement keeps.
+    "exabgp.bgp.neighbor:Neighbor.remove_self": (
+        "cbd04747e6f3e8345b2591aea898be36c58c4a3fa26c2aecef1909d05ef517a2"
+    ),
+    # Called for "next-hop self": the neighbour's own address for the route's family.
+    "exabgp.bgp.neighbor:Neighbor.ip_self": (
+        "745f4d8d79e07f7a4e8a6eb127a755a064f3b044d09f125588a9988ca4db8eb9"
+    ),
+    # Built over the copies: Change(nlri, attributes), nothing else in its state.
+    "exabgp.rib.change:Change": (
+        "9eae21f177635ca101b521a5fe3dfb2c98ae75574d29b432cac7516131e05dd9"
+    ),
+    # Copied field by field: a dict subclass whose only mutable instance field is _dict.
+    "exabgp.bgp.message.update.attribute.attributes:Attributes": (
+        "a6394504e7c7d0d2e19dc50c38c1ae1d2b35e967317288135c94a7a104a8dc1d"
+    ),
+    # The attribute written for the rewritten next hop (its class and base, which holds
+    # the NEXT_HOP code).
+    "exabgp.bgp.message.update.attribute.attribute:Attribute": (
+        "8e9c9d1811c72221f6b91712efa13f79e7219b040541f24b5298b007e9325708"
+    ),
+    "exabgp.bgp.message.update.attribute.nexthop:NextHop": (
+        "af31f324d22d38ef797196dbcec0b36d44a6df4ce1a7b15b1e0811e8a18b95ae"
+    ),
+    # The unicast NLRI copied field by field (its class and bases: no __slots__, the
+    # nexthop and afi fields).
+    "exabgp.bgp.message.update.nlri.inet:INET": (
+        "0f178e00d0f4c5bbd371def7a1d75b446e5ec927b11fa8bb4cac6942c11e5475"
+    ),
+    "exabgp.bgp.message.update.nlri.nlri:NLRI": (
+        "a3b6caada23a4dae244d55f8590ebd314a4e3b4472366043f309db7408037b19"
+    ),
+    "exabgp.protocol.family:Family": (
+        "98a12a8a11e63af5efa471b00fd52ca67feb2c0ad0c492a13006f178106588b8"
+    ),
+    # A next hop's SELF flag, and pack() of the neighbour's own address.
+    "exabgp.protocol.ip:IPSelf": "fb8b0f81776db342d373db294f387a1be3a2de0a5189ce9a283a7d00c8464260",
+    "exabgp.protocol.ip:IP": "def44422c6bcdfb72b8e47c5dcc40fd4c77c6ae6ac6ed482eff7722ecaa70181",
+    "exabgp.protocol.ip:IPv4": "01e844615b9ce9258e7860ccff6262374cdb5d851e734f16cbd57c915dbc7557",
+    "exabgp.protocol.ip:IPv6": "98376b08457824cb15c488a3f018ab8cb96b79286e012f1f3a13de1dcad487fa",
+    # The reactor's step loop: runs LIMIT queued steps a turn, LIMIT read per turn.
+    "exabgp.reactor.asynchronous:ASYNC": (
+        "0516fc1478a4d2f6ff6b9b0284cf72d343181c638690bbf878341e4ae946c993"
+    ),
+}
 
-#: Route steps ExaBGP's reactor runs per loop turn (ExaBGP 5.0: 50, one per prefix of a
-#: command). When queued work remains at the end of a turn and no new command arrived,
-#: the reactor waits in poll() for up to 10 ms before the next turn; with 50 steps a
-#: 100-prefix command always leaves work behind, and each turn also sets up a new asyncio
-#: event loop (10,000 routes: ~200 turns instead of ~25). The driver keeps at most
-#: ``window * (batch + 1)`` steps queued (a command is one step per prefix plus its
-#: answer): the runtime checks that this fits in one turn.
+#: Route steps ExaBGP's reactor runs per loop turn once patched (ExaBGP 5.0: 50, one per
+#: prefix of a command). When queued work remains at the end of a turn and no new command
+#: arrived, the reactor waits in poll() for up to 10 ms before the next turn; with 50 steps
+#: a 100-prefix command always leaves work behind, and each turn also sets up a new
+#: asyncio event loop (10,000 routes: ~200 turns instead of ~25). The runtime refuses a
+#: driver window whose :func:`queued_steps` exceed this, and the launcher checks the limit
+#: actually in force against what the runtime says the driver keeps queued.
 ASYNC_STEPS = 1000
 
 
-def source_digest() -> str:
-    """The digest of the installed ExaBGP's ``Neighbor.remove_self`` source."""
-    from exabgp.bgp.neighbor import Neighbor
+class Unmodified(enum.StrEnum):
+    """Why ExaBGP runs unmodified; named in the launcher's warning line."""
 
-    return hashlib.sha256(inspect.getsource(Neighbor.remove_self).encode()).hexdigest()
+    REQUESTED = "requested"  # $KUBE_BGPD_EXABGP_UNMODIFIED is set
+    SOURCE_UNAVAILABLE = "source-unavailable"  # inspect.getsource raised (no .py files)
+    SOURCE_CHANGED = "source-changed"  # a function in RELIED_ON is not the verified one
+    FAILED = "failed"  # any exception while checking or patching
+
+
+def queued_steps(window: int, batch: int) -> int:
+    """The most route steps a driver keeps queued in ExaBGP: ``window`` commands in flight,
+    each one step per prefix (up to ``batch``) plus one for its answer."""
+    return window * (batch + 1)
+
+
+def resolve(target: str) -> Any:
+    """The object ``"module:Qual.name"`` names."""
+    module, _, qualname = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for name in qualname.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def source_digest(target: str) -> str | None:
+    """The sha256 of the installed source of ``target``; None if it has no source (an
+    ExaBGP installed from bytecode only: ``inspect.getsource`` raises OSError)."""
+    try:
+        source = inspect.getsource(resolve(target))
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(source.encode()).hexdigest()
+
+
+def check(
+    digests: Mapping[str, str | None], verified: Mapping[str, str], *, requested: bool
+) -> tuple[Unmodified | None, str]:
+    """Whether to patch, and the detail for the warning: purely computational.
+
+    ``digests`` is :func:`source_digest` of the targets, ``verified`` their digests in
+    the verified release (:data:`RELIED_ON`); a target missing from ``digests`` counts as
+    changed. None: patch."""
+    if requested:
+        return Unmodified.REQUESTED, f"${UNMODIFIED_ENV} is set"
+    missing = [t for t in verified if t in digests and digests[t] is None]
+    if missing:
+        return Unmodified.SOURCE_UNAVAILABLE, f"no source for {', '.join(missing)}"
+    changed = [t for t, want in verified.items() if digests.get(t) != want]
+    if changed:
+        return Unmodified.SOURCE_CHANGED, f"not the verified 5.0.15: {', '.join(changed)}"
+    return None, ""
+
+
+def step_limit(in_force: int) -> int:
+    """The step limit once patched: :data:`ASYNC_STEPS`, never lower than what is in force."""
+    return max(in_force, ASYNC_STEPS)
+
+
+def steps_note(wanted: int | None, limit: int) -> str:
+    """The warning when a reactor turn cannot take what the driver keeps queued, or ""."""
+    if wanted is None or wanted <= limit:
+        return ""
+    return (
+        f"the driver keeps up to {wanted} route steps queued and this ExaBGP runs {limit} "
+        "a turn (slower: more reactor turns)"
+    )
+
+
+def wanted_steps(environ: Mapping[str, str]) -> int | None:
+    """:data:`STEPS_ENV` as an int; None when unset or not a number (then nothing to
+    compare: a hand-started launcher)."""
+    try:
+        return int(environ[STEPS_ENV])
+    except (KeyError, ValueError):
+        return None
 
 
 @functools.cache
 def _exabgp_types() -> tuple[Any, Any, Any]:
     """ExaBGP's Change, the NEXT_HOP attribute code and NextHop, imported once (lazily:
-    the daemon imports this module for :data:`ASYNC_STEPS` without loading ExaBGP)."""
+    the runtime imports this module for :func:`queued_steps` without loading ExaBGP)."""
     from exabgp.bgp.message.update.attribute import Attribute, NextHop
     from exabgp.rib.change import Change
 
@@ -87,24 +221,60 @@ def remove_self(self: Any, changes: Any) -> Any:
     return change
 
 
-def patch() -> bool:
-    """Install :func:`remove_self` if the installed ExaBGP is the verified one."""
+def _install() -> None:
+    """Replace ``Neighbor.remove_self`` and raise the reactor's step limit, both or
+    neither: an exception half way puts the first back before it propagates."""
     from exabgp.bgp.neighbor import Neighbor
     from exabgp.reactor.asynchronous import ASYNC
 
-    if source_digest() != VERIFIED_SOURCE_SHA256 or getattr(ASYNC, "LIMIT", None) != 50:
-        print(
-            # "warning" makes the supervisor relay the line at WARNING level.
-            "kube-bgpd launcher warning: this ExaBGP is not the verified 5.0.15 "
-            "(Neighbor.remove_self, ASYNC.LIMIT); running it unmodified (slower with many "
-            "routes)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return False
+    original = Neighbor.__dict__["remove_self"]
     Neighbor.remove_self = remove_self
-    ASYNC.LIMIT = ASYNC_STEPS
-    return True
+    try:
+        _exabgp_types()
+        ASYNC.LIMIT = step_limit(ASYNC.LIMIT)
+    except BaseException:
+        Neighbor.remove_self = original
+        raise
+
+
+def _step_limit_in_force() -> int | None:
+    """The reactor's step limit as this ExaBGP has it now, None if unreadable."""
+    try:
+        from exabgp.reactor.asynchronous import ASYNC
+
+        limit = ASYNC.LIMIT
+    except Exception:  # fail open: it only feeds a warning
+        return None
+    return limit if isinstance(limit, int) else None
+
+
+def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
+    """Install :func:`remove_self` and the step limit if this ExaBGP is the verified one.
+
+    Returns why ExaBGP runs unmodified (None: patched). Never raises an Exception: it runs
+    before ExaBGP starts, and a launcher bug must cost speed, never the BGP sessions."""
+    reason: Unmodified | None
+    try:
+        # Asked to stand back: do not even read the sources.
+        requested = bool(environ.get(UNMODIFIED_ENV))
+        digests = {} if requested else {target: source_digest(target) for target in RELIED_ON}
+        reason, detail = check(digests, RELIED_ON, requested=requested)
+        if reason is None:
+            _install()
+    except Exception as exc:  # fail open, and say so on stderr below
+        reason, detail = Unmodified.FAILED, f"{type(exc).__name__}: {exc}"
+    limit = _step_limit_in_force()
+    notes = [steps_note(wanted_steps(environ), limit)] if limit is not None else []
+    if reason is not None:
+        notes.insert(0, f"running ExaBGP unmodified ({reason}: {detail}); slower with many routes")
+    line = "; ".join(note for note in notes if note)
+    if line:
+        # "warning" makes the supervisor relay the line at WARNING level; one line, so
+        # newlines in an exception's text are flattened.
+        text = " ".join(f"kube-bgpd launcher warning: {line}".split())
+        with contextlib.suppress(OSError, ValueError):  # no usable stderr: still start
+            print(text, file=sys.stderr, flush=True)
+    return reason
 
 
 def main() -> None:

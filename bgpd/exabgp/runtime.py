@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bgpd.exabgp.driver import ExaBGPDriver
-from bgpd.exabgp.launch import ASYNC_STEPS
+from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, queued_steps
 from bgpd.exabgp.render import Rendering, render_env
 from bgpd.exabgp.supervisor import Supervisor
 from bgpd.model import NodeName
@@ -89,8 +89,10 @@ class ExaBGPRuntime:
         problem = work_dir_problem(work_dir)
         if problem is not None:
             raise ValueError(problem)
-        if window * (batch + 1) > ASYNC_STEPS:
-            # More queued work than ExaBGP's reactor runs per turn (see launch.py).
+        self.queued_steps = queued_steps(window, batch)
+        if self.queued_steps > ASYNC_STEPS:
+            # More queued work than ExaBGP's reactor runs per turn once the launcher
+            # raised its limit; the launcher checks the limit in force (see launch.py).
             raise ValueError(
                 f"window {window} x batch {batch} exceeds ExaBGP's {ASYNC_STEPS} steps a turn"
             )
@@ -121,12 +123,15 @@ class ExaBGPRuntime:
 
     def _env(self, generation: int) -> dict[str, str]:
         listen = [n.local_address for n in self.rendering.neighbors] if self.rendering else []
-        return render_env(
+        env = render_env(
             socket_path=str(self.driver.socket_path),
             generation=generation,
             as_root=os.geteuid() == 0,
             listen=listen if self.listen else (),
         )
+        # For the launcher's check against the step limit in force in that ExaBGP.
+        env[STEPS_ENV] = str(self.queued_steps)
+        return env
 
     def configure(self, rendering: Rendering) -> bool:
         """Install a rendering; returns True if ExaBGP must (and will) restart for it."""

@@ -39,14 +39,26 @@ from bgpd.logs import log
 
 _logger = logging.getLogger("bgpd.exabgp.supervisor")
 PR_SET_PDEATHSIG = 1
+#: prctl(2), looked up once in the parent at import (see :func:`_pdeathsig_preexec`).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl
+_prctl.argtypes = (ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong)
+_prctl.restype = ctypes.c_int
 
 
 def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
-    """The child-side half of PR_SET_PDEATHSIG, run after fork and before exec."""
+    """The child-side half of PR_SET_PDEATHSIG, run after fork and before exec.
+
+    The hazard it avoids: the daemon has other threads (asyncio.to_thread, the
+    Kubernetes client, the API simulator in tests) when it forks, and after fork the
+    child holds only the forking thread while every lock another thread held stays
+    locked forever. Loading libc there (``ctypes.CDLL`` is dlopen, which takes the
+    dynamic loader's lock and allocates; looking up ``prctl`` is dlsym) could hang the
+    child before exec, an ExaBGP that never starts and a supervisor waiting on it. So
+    libc and its ``prctl`` are resolved once in the parent at import, and the child
+    only calls through that handle: one system call, no dynamic loader in the child."""
 
     def preexec() -> None:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        _prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         # The parent may have died between fork and prctl: then nobody will signal us.
         if os.getppid() != parent:
             os.kill(os.getpid(), signal.SIGKILL)

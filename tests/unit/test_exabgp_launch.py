@@ -8,6 +8,7 @@ without touching the parsed route or sharing the per-neighbour rewrite.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -108,36 +109,237 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
     assert b.nlri.action == change.nlri.action != 2
 
 
-def test_installed_exabgp_is_the_verified_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A changed ExaBGP must be re-verified: this fails when the dependency moves."""
-    assert launch.source_digest() == launch.VERIFIED_SOURCE_SHA256
-    monkeypatch.setattr(Neighbor, "remove_self", Neighbor.remove_self)
+@pytest.fixture
+def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Whatever a test's patch() does to ExaBGP's classes is undone after it; yields the
+    original remove_self."""
+    original = Neighbor.__dict__["remove_self"]
+    monkeypatch.setattr(Neighbor, "remove_self", original)
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
-    assert launch.patch() is True
+    return original
+
+
+def warning_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    return capsys.readouterr().err.splitlines()
+
+
+def test_installed_exabgp_is_the_verified_one(
+    exabgp_restored: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A changed ExaBGP must be re-verified: this fails when the dependency moves."""
+    assert {t: launch.source_digest(t) for t in launch.RELIED_ON} == launch.RELIED_ON
+    assert launch.patch({launch.STEPS_ENV: str(launch.queued_steps(4, 100))}) is None
     assert Neighbor.remove_self is launch.remove_self
     assert launch.ASYNC_STEPS == ASYNC.LIMIT
+    assert warning_lines(capsys) == []
 
 
-def test_another_exabgp_runs_unmodified(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_every_class_the_replacement_copies_or_builds_is_hashed() -> None:
+    """remove_self copies the NLRI and the attribute set field by field and builds a
+    Change, a NextHop and the neighbour's address: a change in any class on their MRO
+    (a new field, __slots__, a new cache) must make the launcher stand back."""
+    neighbors, changes = parse("attributes next-hop self nlri 10.99.0.1/32 2001:db8:99::1/128")
+    _, explicit = parse("attributes next-hop 192.0.2.99 nlri 10.99.0.2/32")
+    change_type, _, next_hop_type = launch._exabgp_types()
+    objects: list[Any] = [change_type, next_hop_type]
+    for change in [*changes, *explicit]:
+        objects += [type(change.nlri), type(change.attributes), type(change.nlri.nexthop)]
+    for neighbor in neighbors:
+        objects.append(type(neighbor.ip_self(neighbor["local-address"].afi)))
+    names = {
+        f"{cls.__module__}:{cls.__qualname__}"
+        for obj in objects
+        for cls in obj.__mro__
+        if cls.__module__ != "builtins"
+    }
+    assert names <= set(launch.RELIED_ON)
+
+
+def test_the_runtime_tells_the_launcher_what_the_driver_keeps_queued(tmp_path: Any) -> None:
+    from bgpd.exabgp.runtime import ExaBGPRuntime
+    from bgpd.model import NodeName
+
+    rt = ExaBGPRuntime(node=NodeName("n1"), work_dir=tmp_path / "w", window=3, batch=50)
+    assert rt._env(1)[launch.STEPS_ENV] == str(launch.queued_steps(3, 50)) == "153"
+    with pytest.raises(ValueError, match="exceeds ExaBGP's 1000 steps a turn"):
+        ExaBGPRuntime(node=NodeName("n1"), work_dir=tmp_path / "w", window=10, batch=100)
+
+
+VERIFIED = dict(launch.RELIED_ON)
+
+
+@pytest.mark.parametrize(
+    ("digests", "requested", "want"),
+    [
+        pytest.param(VERIFIED, False, None, id="verified"),
+        pytest.param(VERIFIED, True, launch.Unmodified.REQUESTED, id="requested"),
+        pytest.param(
+            {**VERIFIED, "exabgp.bgp.neighbor:Neighbor.ip_self": None},
+            False,
+            launch.Unmodified.SOURCE_UNAVAILABLE,
+            id="no-source",
+        ),
+        pytest.param(
+            {**VERIFIED, "exabgp.reactor.asynchronous:ASYNC": "0" * 64},
+            False,
+            launch.Unmodified.SOURCE_CHANGED,
+            id="changed",
+        ),
+        pytest.param(
+            {t: d for t, d in VERIFIED.items() if t != "exabgp.rib.change:Change"},
+            False,
+            launch.Unmodified.SOURCE_CHANGED,
+            id="not-checked",
+        ),
+    ],
+)
+def test_check(
+    digests: dict[str, str | None], requested: bool, want: launch.Unmodified | None
 ) -> None:
-    monkeypatch.setattr(launch, "VERIFIED_SOURCE_SHA256", "0" * 64)
-    original = Neighbor.remove_self
-    monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
-    assert launch.patch() is False
-    # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
-    assert "warning" in capsys.readouterr().err
+    reason, detail = launch.check(digests, launch.RELIED_ON, requested=requested)
+    assert reason is want
+    assert bool(detail) is (want is not None)
+
+
+@pytest.mark.parametrize(
+    ("wanted", "limit", "warns"),
+    [
+        pytest.param(None, 50, False, id="nothing-to-compare"),
+        pytest.param(404, 1000, False, id="fits"),
+        pytest.param(1000, 1000, False, id="exactly"),
+        pytest.param(404, 50, True, id="unmodified-limit"),
+    ],
+)
+def test_steps_note(wanted: int | None, limit: int, warns: bool) -> None:
+    note = launch.steps_note(wanted, limit)
+    assert bool(note) is warns
+    if warns:
+        assert f"{wanted} route steps" in note
+        assert f"runs {limit} a turn" in note
+
+
+@pytest.mark.parametrize(
+    ("in_force", "want"),
+    [pytest.param(50, 1000, id="raised"), pytest.param(5000, 5000, id="never-lowered")],
+)
+def test_step_limit(in_force: int, want: int) -> None:
+    assert launch.step_limit(in_force) == want
+
+
+def assert_unmodified(
+    reason: launch.Unmodified | None,
+    want: launch.Unmodified,
+    original: Any,
+    capsys: pytest.CaptureFixture[str],
+) -> str:
+    """ExaBGP untouched, and one warning line naming the reason (returned)."""
+    assert reason is want
     assert Neighbor.remove_self is original
     assert ASYNC.LIMIT == 50
+    # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
+    [line] = warning_lines(capsys)
+    assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")
+    assert f"({want}: " in line
+    return line
 
 
-def test_launcher_runs_exabgp() -> None:
-    out = subprocess.run(
+def no_source(obj: object) -> str:
+    """inspect.getsource for an ExaBGP installed without its .py files."""
+    raise OSError("could not get source code")
+
+
+def broken_step_limit(in_force: int) -> int:
+    raise RuntimeError("broken\nacross lines")
+
+
+def broken_resolve(target: str) -> Any:
+    raise ImportError(f"no module for {target}")
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "replacement", "want", "says"),
+    [
+        pytest.param(
+            launch.inspect,
+            "getsource",
+            no_source,
+            launch.Unmodified.SOURCE_UNAVAILABLE,
+            "no source for exabgp.bgp.neighbor:Neighbor.remove_self",
+            id="source-unavailable",
+        ),
+        pytest.param(
+            launch,
+            "RELIED_ON",
+            {**launch.RELIED_ON, "exabgp.bgp.neighbor:Neighbor.ip_self": "0" * 64},
+            launch.Unmodified.SOURCE_CHANGED,
+            # One relied-on function is enough, even one the launcher does not replace.
+            "not the verified 5.0.15: exabgp.bgp.neighbor:Neighbor.ip_self)",
+            id="hash-mismatch",
+        ),
+        pytest.param(
+            # Half way: remove_self is already replaced when the step limit fails, and is
+            # put back; the multi-line exception text still makes one line.
+            launch,
+            "step_limit",
+            broken_step_limit,
+            launch.Unmodified.FAILED,
+            "RuntimeError: broken across lines",
+            id="exception-while-patching",
+        ),
+        pytest.param(
+            launch,
+            "resolve",
+            broken_resolve,
+            launch.Unmodified.FAILED,
+            "ImportError: no module for exabgp.bgp.neighbor:Neighbor.remove_self",
+            id="exception-while-checking",
+        ),
+    ],
+)
+def test_each_failure_runs_unmodified_with_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+    exabgp_restored: Any,
+    capsys: pytest.CaptureFixture[str],
+    where: object,
+    name: str,
+    replacement: object,
+    want: launch.Unmodified,
+    says: str,
+) -> None:
+    monkeypatch.setattr(where, name, replacement)
+    line = assert_unmodified(launch.patch({}), want, exabgp_restored, capsys)
+    assert says in line
+
+
+def test_requested_unmodified_says_the_window_does_not_fit(
+    exabgp_restored: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    environ = {launch.UNMODIFIED_ENV: "1", launch.STEPS_ENV: "404"}
+    line = assert_unmodified(
+        launch.patch(environ), launch.Unmodified.REQUESTED, exabgp_restored, capsys
+    )
+    assert "up to 404 route steps queued and this ExaBGP runs 50 a turn" in line
+
+
+def run_launcher(**env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [sys.executable, "-m", "bgpd.exabgp.launch", "version"],
         capture_output=True,
         text=True,
         timeout=60,
         check=True,
+        env={**os.environ, **env},
     )
+
+
+def test_launcher_runs_exabgp() -> None:
+    out = run_launcher()
     assert "ExaBGP : 5.0." in out.stdout
-    assert "unmodified" not in out.stderr
+    assert out.stderr == ""
+
+
+def test_launcher_runs_exabgp_unmodified_when_asked() -> None:
+    out = run_launcher(**{launch.UNMODIFIED_ENV: "1"})
+    assert "ExaBGP : 5.0." in out.stdout
+    [line] = out.stderr.splitlines()
+    assert "running ExaBGP unmodified (requested" in line
