@@ -613,7 +613,8 @@ def test_by_peer_feeds_the_driver() -> None:
 
 def test_ten_thousand_services_decide_fast() -> None:
     """The speaker re-decides on every change; 10,000 Services must stay far below a
-    second (measured ~0.1 s). The bound only catches a quadratic regression."""
+    second (measured ~0.1 s idle). The bound only catches a quadratic regression (which
+    at 10,000 Services costs minutes), not a loaded machine (6.5 s seen at load 10)."""
     services = []
     slices = []
     for i in range(10_000):
@@ -635,4 +636,4 @@ def test_ten_thousand_services_decide_fast() -> None:
     announced = sum(1 for i in range(10_000) if i % 2 == 1 or i % 3 == 1)
     assert len(decision.routes) == 2 * announced
     assert len(decision.skipped) == 10_000 - announced
-    assert elapsed < 3.0, f"decide took {elapsed:.2f} s"
+    assert elapsed < 30.0, f"decide took {elapsed:.2f} s"
