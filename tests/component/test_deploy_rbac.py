@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ import deploy_kit as kit
 import pytest
 
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
+from kbgpd_lab.kit.waiting import wait_until
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -315,18 +315,16 @@ def seed(sim: ApiSimulatorThread) -> None:
         sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
 
 
-def wait_until(
+def wait_on_process(
     predicate: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path
 ) -> None:
-    deadline = time.monotonic() + 30
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"process exited ({proc.returncode}) before {what}:\n{log.read_text()}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
-        time.sleep(0.05)
+    """Wait for the process under test (log in `log`) to show `what`; give up if it exits."""
+
+    def exited() -> str | None:
+        code = proc.poll()
+        return None if code is None else f"the process exited ({code})"
+
+    wait_until(predicate, within=30, what=what, poll=0.05, give_up=exited, details=log.read_text)
 
 
 @pytest.fixture
@@ -385,29 +383,29 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
             except OSError:
                 return False
 
-        wait_until(healthy, "the controller's /healthz", proc, log)
+        wait_on_process(healthy, "the controller's /healthz", proc, log)
 
         # Allocation: status subresource, pool annotation, an IPAllocated Event.
         def assigned() -> bool:
             svc = sim.store.get("services", "web", "default")
             return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
 
-        wait_until(assigned, "an IP for default/web", proc, log)
-        wait_until(lambda: bool(requests(sim, "POST", "/events")), "an Event", proc, log)
+        wait_on_process(assigned, "an IP for default/web", proc, log)
+        wait_on_process(lambda: bool(requests(sim, "POST", "/events")), "an Event", proc, log)
         # Clearing the status makes it assign the same IP again: the identical
         # IPAllocated Event is folded into the first one (PATCH).
         svc = sim.store.get("services", "web", "default")
         assert svc is not None
         svc["status"] = {"loadBalancer": {}}
         sim.store.update_status(svc)
-        wait_until(
+        wait_on_process(
             lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
             "an aggregated Event",
             proc,
             log,
         )
         # A renewal (PUT) happens every retry period.
-        wait_until(
+        wait_on_process(
             lambda: bool(requests(sim, "PUT", "/leases/kube-bgpd-controller")),
             "a Lease renewal",
             proc,
@@ -474,13 +472,13 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
 
     try:
         # Starts announcing: nodeAssigned.
-        wait_until(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
+        wait_on_process(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
         # Stops (endpoint not ready) and starts again: the second, identical
         # nodeAssigned is folded into the first (PATCH).
         sim.store.apply(endpoint_slice("web", "node1", ready=False))
-        wait_until(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
+        wait_on_process(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
         sim.store.apply(endpoint_slice("web", "node1", ready=True))
-        wait_until(
+        wait_on_process(
             lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
             "an aggregated Event",
             proc,
