@@ -110,7 +110,7 @@ def endpoint(
 
 def endpoint_slice(
     name: str,
-    service: str,
+    service: str | None,
     endpoints: Iterable[Mapping[str, Any]],
     namespace: str = "default",
     *,
@@ -119,15 +119,17 @@ def endpoint_slice(
     protocol: str | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An EndpointSlice of ``service`` (the service-name label, plus ``labels``) holding
-    ``endpoints`` (see :func:`endpoint`); a ``ports`` list only when ports are given."""
+    """An EndpointSlice of ``service`` (the service-name label, plus ``labels``; None: no
+    Service, a slice another controller manages) holding ``endpoints`` (see
+    :func:`endpoint`, or a literal mapping); a ``ports`` list only when ports are given."""
+    owner = {} if service is None else {SERVICE_NAME_LABEL: service}
     obj: dict[str, Any] = {
         "apiVersion": "discovery.k8s.io/v1",
         "kind": "EndpointSlice",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {SERVICE_NAME_LABEL: service, **(labels or {})},
+            "labels": {**owner, **(labels or {})},
         },
         "addressType": address_type,
         "endpoints": [dict(e) for e in endpoints],

@@ -26,6 +26,7 @@ import deploy_kit as kit
 import pytest
 
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.kit.waiting import wait_until
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
@@ -294,25 +295,14 @@ spec:
 
 
 def lb_service(name: str, ips: tuple[str, ...] = ()) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "type": "LoadBalancer",
-            "externalTrafficPolicy": "Cluster",
-            "ports": [{"port": 80, "protocol": "TCP"}],
-            "selector": {"app": name},
-        },
-    }
-    if ips:
-        obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
-    return obj
+    return manifests.service(
+        name, policy="Cluster", protocol="TCP", selector={"app": name}, ips=ips
+    )
 
 
 def seed(sim: ApiSimulatorThread) -> None:
     for ns in ("default", NAMESPACE):
-        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        sim.store.apply(manifests.namespace(ns))
 
 
 def wait_on_process(
@@ -417,33 +407,15 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
 
 
 def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{service}-a",
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": service},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {"addresses": ["10.0.0.1"], "nodeName": node, "conditions": {"ready": ready}}
-        ],
-    }
+    endpoint = manifests.endpoint("10.0.0.1", node, ready=ready)
+    return manifests.endpoint_slice(f"{service}-a", service, [endpoint])
 
 
 def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    sim.store.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": "node1"},
-            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]},
-        }
-    )
+    sim.store.create(manifests.node("node1", addresses=["127.0.0.1"]))
     sim.store.create(
         {
             "apiVersion": "v1",
