@@ -49,6 +49,7 @@ from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes
 from kbgpd_lab.kit.measure import children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.processes import FedExaBGP, ProcessGroup, speaker_argv
+from kbgpd_lab.lab.lab import fed_exabgp
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, make_router
 from kbgpd_lab.lab.speakerfiles import node1_cluster_dump, one_peer_config
 from kbgpd_lab.lab.topology import Topology
@@ -221,18 +222,6 @@ async def driver_runtime(topo: Topology, work: Path, **opts: Any) -> AsyncIterat
             await task
 
 
-def start_bare(topo: Topology, work: Path) -> FedExaBGP:
-    """ExaBGP in node1 with a trivial API process reading commands from a FIFO."""
-    return FedExaBGP(
-        work,
-        router=str(topo.router_address(4)),
-        local=str(topo.node_address(1)),
-        my_asn=NODE_ASN,
-        peer_asn=ROUTER_ASN,
-        spawner=topo.nodes[0],
-    )
-
-
 def report(key: str, v: list[float]) -> None:
     p50, p90 = statistics.median(v) * 1000, pct(v, 0.9) * 1000
     print(f"{key}: p50 {p50:.2f} ms  p90 {p90:.2f} ms  (n={len(v)})", flush=True)
@@ -349,7 +338,7 @@ async def bulk_against_bird(topo: Topology, work: Path, routes: int, repeat: int
     router.start()
     try:
         counter = BirdCounter(topo, work / "bird" / "bird.ctl")
-        bare = start_bare(topo, work / "bare")
+        bare = fed_exabgp(topo, work / "bare")
         await asyncio.to_thread(router.wait_established, 1, 30)
         await asyncio.sleep(1)
         runs = []
@@ -405,7 +394,7 @@ async def main() -> None:
     mon = Monitor(topo)
     try:
         results: dict[str, Any] = {}
-        bare = start_bare(topo, work / "bare")
+        bare = fed_exabgp(topo, work / "bare")
         await asyncio.to_thread(router.wait_established, 1, 30)
         await asyncio.sleep(1)
         print("bare ExaBGP: latency", file=sys.stderr)

@@ -81,7 +81,8 @@ from kbgpd_lab.lab.apicluster import (
     enter_netns,
     node_object,
 )
-from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, make_router
+from kbgpd_lab.lab.lab import fed_exabgp
+from kbgpd_lab.lab.routers import BirdRouter, make_router
 from kbgpd_lab.lab.speakerfiles import one_peer_config
 from kbgpd_lab.lab.topology import Topology
 
@@ -656,14 +657,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         writer = HttpWriter(topo.router.name) if args.write == "http" else None
         try:
             # Bare ExaBGP first, alone on node1.
-            bare = FedExaBGP(
-                work / "bare",
-                router=str(topo.router_address(4)),
-                local=str(topo.node_address(1)),
-                my_asn=NODE_ASN,
-                peer_asn=ROUTER_ASN,
-                spawner=topo.nodes[0],
-            )
+            bare = fed_exabgp(topo, work / "bare")
             try:
                 router.wait_established(1, 30)
                 time.sleep(1)
