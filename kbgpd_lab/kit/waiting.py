@@ -1,11 +1,11 @@
 """Waiting on a condition, for tests and benchmarks: never on a fixed time.
 
-Role: one ``wait_until`` for plain code and one ``wait_until_async`` for coroutines. Both
-poll a check until it returns something true and hand that value back (so a caller can
-wait for a result and keep it), and fail with an AssertionError that names what was
-awaited and for how long. ``give_up`` ends the wait early when it returns a reason (a
-process that exited cannot still become healthy); ``details`` adds text to the failure
-(a log tail).
+Role: one ``wait_until`` for plain code and one ``wait_until_async`` for coroutines, with
+the same options (:class:`WaitOptions`) and one deadline rule. Both poll a check until it
+returns something true and hand that value back (so a caller can wait for a result and
+keep it), and fail with an AssertionError that names what was awaited and for how long.
+``give_up`` ends the wait early when it returns a reason (a process that exited cannot
+still become healthy); ``details`` adds text to the failure (a log tail).
 
 What it must not do: sleep for a fixed time as synchronisation; hide a timeout.
 """
@@ -16,58 +16,74 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TypedDict, TypeVar, Unpack
 
 T = TypeVar("T")
 
 
-def _failure(
-    what: str, within: float, reason: str | None, details: Callable[[], str] | None
-) -> str:
-    if reason is not None:
-        head = f"gave up waiting for {what}: {reason}"
-    else:
-        head = f"timed out after {within} s waiting for {what}"
-    return head if details is None else f"{head}\n{details()}"
+class WaitOptions(TypedDict, total=False):
+    """How either wait waits; every key may be left out."""
+
+    #: Seconds before the wait fails (10).
+    within: float
+    #: What is awaited, for the failure's text ("condition").
+    what: str
+    #: Seconds between checks (0.01).
+    poll: float
+    #: A reason to stop waiting at once, or None to go on.
+    give_up: Callable[[], str | None]
+    #: More text for the failure (a log tail).
+    details: Callable[[], str]
 
 
-def wait_until(
-    check: Callable[[], T],
-    *,
-    within: float = 10.0,
-    what: str = "condition",
-    poll: float = 0.01,
-    give_up: Callable[[], str | None] | None = None,
-    details: Callable[[], str] | None = None,
-) -> T:
-    """Poll ``check()`` every ``poll`` seconds until it returns a true value; return it."""
-    deadline = time.monotonic() + within
+class _Deadline:
+    """The rule both waits share: after each false check, give up (a ``give_up`` reason)
+    or time out (past ``within``) with one message, else poll again."""
+
+    def __init__(
+        self,
+        *,
+        within: float = 10.0,
+        what: str = "condition",
+        poll: float = 0.01,
+        give_up: Callable[[], str | None] | None = None,
+        details: Callable[[], str] | None = None,
+    ) -> None:
+        self.within, self.what, self.poll = within, what, poll
+        self.give_up, self.details = give_up, details
+        self.at = time.monotonic() + within
+
+    def check(self) -> None:
+        """Raise the failure when waiting longer is pointless or too late."""
+        reason = self.give_up() if self.give_up is not None else None
+        if reason is None and time.monotonic() <= self.at:
+            return
+        if reason is not None:
+            head = f"gave up waiting for {self.what}: {reason}"
+        else:
+            head = f"timed out after {self.within} s waiting for {self.what}"
+        raise AssertionError(head if self.details is None else f"{head}\n{self.details()}")
+
+
+def wait_until(check: Callable[[], T], **options: Unpack[WaitOptions]) -> T:
+    """Poll ``check()`` until it returns a true value; return it."""
+    deadline = _Deadline(**options)
     while not (value := check()):
-        reason = give_up() if give_up is not None else None
-        if reason is not None or time.monotonic() > deadline:
-            raise AssertionError(_failure(what, within, reason, details))
-        time.sleep(poll)
+        deadline.check()
+        time.sleep(deadline.poll)
     return value
 
 
 async def wait_until_async(
-    check: Callable[[], T | Awaitable[T]],
-    *,
-    within: float = 10.0,
-    what: str = "condition",
-    poll: float = 0.01,
-    give_up: Callable[[], str | None] | None = None,
-    details: Callable[[], str] | None = None,
+    check: Callable[[], T | Awaitable[T]], **options: Unpack[WaitOptions]
 ) -> T:
     """As :func:`wait_until`, without blocking the loop; ``check`` may be a plain or an
     async function."""
-    deadline = time.monotonic() + within
+    deadline = _Deadline(**options)
     while True:
         result = check()
         value: T = await result if inspect.isawaitable(result) else result
         if value:
             return value
-        reason = give_up() if give_up is not None else None
-        if reason is not None or time.monotonic() > deadline:
-            raise AssertionError(_failure(what, within, reason, details))
-        await asyncio.sleep(poll)
+        deadline.check()
+        await asyncio.sleep(deadline.poll)
