@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import statistics
@@ -43,17 +44,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import ipaddress  # noqa: E402
-
-from bgpd.exabgp.render import render  # noqa: E402
-from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv  # noqa: E402
-from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes  # noqa: E402
-from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, make_router  # noqa: E402
-from kbgpd_lab.lab.speakerfiles import node1_cluster_dump, one_peer_config  # noqa: E402
-from kbgpd_lab.lab.topology import Topology  # noqa: E402
+from bgpd.exabgp.render import render
+from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
+from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes
+from kbgpd_lab.kit.measure import children_rss_kb, pct, prefixes, rss_kb
+from kbgpd_lab.kit.processes import FedExaBGP, ProcessGroup, speaker_argv
+from kbgpd_lab.lab.lab import fed_exabgp
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, make_router
+from kbgpd_lab.lab.speakerfiles import node1_cluster_dump, one_peer_config
+from kbgpd_lab.lab.topology import Topology
 
 PEER = PeerName("tor")
 
@@ -199,10 +198,6 @@ def node(topo: Topology) -> Node:
     return Node(name=NodeName("node1"), addresses=(("InternalIP", str(topo.node_address(1))),))
 
 
-def prefixes(n: int, base: int = 0) -> list[str]:
-    return [f"10.99.{(base + i) // 250}.{(base + i) % 250 + 1}/32" for i in range(n)]
-
-
 @contextlib.asynccontextmanager
 async def driver_runtime(topo: Topology, work: Path, **opts: Any) -> AsyncIterator[ExaBGPRuntime]:
     rt = ExaBGPRuntime(
@@ -227,88 +222,9 @@ async def driver_runtime(topo: Topology, work: Path, **opts: Any) -> AsyncIterat
             await task
 
 
-class Bare:
-    """ExaBGP with a trivial API process reading commands from a FIFO."""
-
-    def __init__(self, topo: Topology, work: Path) -> None:
-        work.mkdir(parents=True, exist_ok=True)
-        self.fifo = work / "commands"
-        os.mkfifo(self.fifo)
-        self.acks = work / "acks"
-        helper = work / "bare-helper.sh"
-        # O_RDWR (<>) so the reader never sees EOF; stdin (acks) drained by a background cat.
-        # (an explicit redirection: sh gives a background job /dev/null as stdin otherwise)
-        helper.write_text(
-            f"#!/bin/sh\nexec 3<&0\ncat <&3 > {self.acks} &\nexec cat 0<> {self.fifo}\n"
-        )
-        helper.chmod(0o755)
-        rendering = render(
-            Config(peers=(peer(topo),)),
-            node(topo),
-            kernel_choices={},
-            passwords={},
-            helper_argv=[str(helper)],
-        )
-        conf = work / "bare.conf"
-        conf.write_text(rendering.config)
-        env = dict(
-            os.environ,
-            exabgp_daemon_user="root",
-            exabgp_daemon_drop="false",
-            exabgp_api_cli="false",
-            exabgp_log_destination=str(work / "bare.log"),
-        )
-        self.proc = topo.nodes[0].popen(
-            [sys.executable, "-m", "exabgp", "server", str(conf)],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.writer = os.open(self.fifo, os.O_RDWR)
-
-    def send(self, lines: list[str]) -> None:
-        data = "".join(line + "\n" for line in lines).encode()
-        while data:
-            n = os.write(self.writer, data)
-            data = data[n:]
-
-    def send_windowed(self, lines: list[str], window: int, within: float = 120) -> None:
-        """Send ``lines`` with at most ``window`` unacknowledged (blocking: run it in a
-        thread from async code); returns once everything is sent, not acknowledged."""
-        base = self.acked()
-        sent = 0
-        deadline = time.monotonic() + within
-        while sent < len(lines):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"bare ExaBGP acknowledged {self.acked() - base} of {sent}")
-            inflight = sent - (self.acked() - base)
-            if inflight < window:
-                k = min(window - inflight, len(lines) - sent)
-                self.send(lines[sent : sent + k])
-                sent += k
-            else:
-                time.sleep(0.0005)
-
-    def acked(self) -> int:
-        try:
-            return self.acks.read_bytes().count(b"\n")
-        except FileNotFoundError:
-            return 0
-
-    def close(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        os.close(self.writer)
-
-
 def report(key: str, v: list[float]) -> None:
     p50, p90 = statistics.median(v) * 1000, pct(v, 0.9) * 1000
     print(f"{key}: p50 {p50:.2f} ms  p90 {p90:.2f} ms  (n={len(v)})", flush=True)
-
-
-def pct(values: list[float], q: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 async def latency_driver(rt: ExaBGPRuntime, mon: Monitor, samples: int) -> list[float]:
@@ -326,13 +242,13 @@ async def latency_driver(rt: ExaBGPRuntime, mon: Monitor, samples: int) -> list[
     return out
 
 
-async def latency_bare(bare: Bare, mon: Monitor, samples: int) -> list[float]:
+async def latency_bare(bare: FedExaBGP, mon: Monitor, samples: int) -> list[float]:
     out = []
     for i in range(samples):
         p = f"10.98.1.{i + 1}/32"
         await asyncio.sleep(0.05)
         t0 = time.monotonic()
-        bare.send([f"announce route {p} next-hop self"])
+        bare.feed.send([f"announce route {p} next-hop self"])
         out.append((await mon.wait(p)) - t0)
     return out
 
@@ -353,19 +269,12 @@ async def bulk_driver(rt: ExaBGPRuntime, mon: Counter, n: int) -> tuple[float, f
     return last - t0, cpu
 
 
-async def bulk_bare(bare: Bare, mon: Counter, n: int, window: int = 200) -> float:
+async def bulk_bare(bare: FedExaBGP, mon: Counter, n: int, window: int = 200) -> float:
     cmds = [f"announce route {p} next-hop self" for p in prefixes(n, base=20000)]
     t0 = time.monotonic()
-    await asyncio.to_thread(bare.send_windowed, cmds, window)
+    await asyncio.to_thread(bare.feed.send_windowed, cmds, window)
     last = await mon.wait_count(n)
     return last - t0
-
-
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def speaker_rss(
@@ -384,25 +293,15 @@ def speaker_rss(
         )
         ips = [p.split("/")[0] for p in prefixes(n)]
         (d / "cluster.yaml").write_text(node1_cluster_dump(ips))
-        proc = topo.nodes[0].popen(
-            [
-                str(ROOT / ".venv/bin/kube-bgpd"),
-                "speaker",
-                "--config",
-                str(d / "config.yaml"),
-                "--node-name",
-                "node1",
-                "--cluster-file",
-                str(d / "cluster.yaml"),
-                "--work-dir",
-                str(d / "work"),
-                "--metrics-address",
-                "127.0.0.1:7473",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        argv = speaker_argv(
+            config=d / "config.yaml",
+            node="node1",
+            cluster_file=d / "cluster.yaml",
+            work_dir=d / "work",
+            metrics_address="127.0.0.1:7473",
         )
-        try:
+        with ProcessGroup(d) as group:
+            speaker = group.start("speaker", argv, spawner=topo.nodes[0])
             deadline = time.monotonic() + 120
             while mon.count() < n and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -413,15 +312,7 @@ def speaker_rss(
                 .stdout
             )
             exa = status["exabgp"]["pid"]
-            children = [
-                int(c)
-                for t in Path(f"/proc/{exa}/task").iterdir()
-                for c in (t / "children").read_text().split()
-            ]
-            out.append((n, rss_kb(proc.pid), rss_kb(exa), sum(rss_kb(c) for c in children)))
-        finally:
-            proc.terminate()
-            proc.wait(30)
+            out.append((n, rss_kb(speaker.pid), rss_kb(exa), children_rss_kb(exa)))
     return out
 
 
@@ -447,15 +338,15 @@ async def bulk_against_bird(topo: Topology, work: Path, routes: int, repeat: int
     router.start()
     try:
         counter = BirdCounter(topo, work / "bird" / "bird.ctl")
-        bare = Bare(topo, work / "bare")
+        bare = fed_exabgp(topo, work / "bare")
         await asyncio.to_thread(router.wait_established, 1, 30)
         await asyncio.sleep(1)
         runs = []
         for _ in range(repeat):
-            before = cpu_seconds(bare.proc.pid)
+            before = cpu_seconds(bare.pid)
             took = await bulk_bare(bare, counter, routes)
-            runs.append((took, cpu_seconds(bare.proc.pid) - before))
-            bare.send([f"withdraw route {p}" for p in prefixes(routes, base=20000)])
+            runs.append((took, cpu_seconds(bare.pid) - before))
+            bare.feed.send([f"withdraw route {p}" for p in prefixes(routes, base=20000)])
             await counter.wait_empty()
         summary(f"bare ExaBGP, {routes} single-route commands, 200 in flight", runs)
         bare.close()
@@ -503,7 +394,7 @@ async def main() -> None:
     mon = Monitor(topo)
     try:
         results: dict[str, Any] = {}
-        bare = Bare(topo, work / "bare")
+        bare = fed_exabgp(topo, work / "bare")
         await asyncio.to_thread(router.wait_established, 1, 30)
         await asyncio.sleep(1)
         print("bare ExaBGP: latency", file=sys.stderr)

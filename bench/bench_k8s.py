@@ -59,7 +59,6 @@ import os
 import queue
 import re
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -73,26 +72,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from bench_driver import Bare, pct, prefixes, rss_kb  # noqa: E402
-
-from kbgpd_lab.lab.apicluster import (  # noqa: E402
+from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
+from kbgpd_lab.kit.processes import Child, FedExaBGP, ProcessGroup, speaker_argv
+from kbgpd_lab.kit.scale import NAMESPACE, local_service, node1_endpoints, node1_slice
+from kbgpd_lab.lab.apicluster import (
     NetnsApiSimulator,
     call_in_netns,
     enter_netns,
     node_object,
 )
-from kbgpd_lab.lab.routers import BirdRouter, make_router  # noqa: E402
-from kbgpd_lab.lab.speakerfiles import one_peer_config  # noqa: E402
-from kbgpd_lab.lab.topology import Topology  # noqa: E402
+from kbgpd_lab.lab.lab import fed_exabgp
+from kbgpd_lab.lab.routers import BirdRouter, make_router
+from kbgpd_lab.lab.speakerfiles import one_peer_config
+from kbgpd_lab.lab.topology import Topology
 
 API_HOST = "172.31.250.2"  # a secondary router address on br0, as kbgpd_lab/lab/lab.py uses
 API_PORT = 6443
 STATUS = "127.0.0.1:7473"  # the speaker's status/metrics listener, inside node1's netns
-NS = "default"
 LATENCY_IP = "10.99.200.1"
 PROBE_IP = "10.99.201.1"
 
@@ -166,52 +162,6 @@ class BirdCtl:
 # --------------------------------------------------------------------------- cluster objects
 
 
-def ip_of(i: int) -> str:
-    return prefixes(1, base=i)[0].split("/")[0]
-
-
-def service(name: str, ip: str) -> dict[str, Any]:
-    """A Local LoadBalancer Service whose IP the controller already allocated."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "type": "LoadBalancer",
-            "externalTrafficPolicy": "Local",
-            "ipFamilies": ["IPv4"],
-            "ipFamilyPolicy": "SingleStack",
-            "ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
-        },
-        "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
-    }
-
-
-def endpoints(ready: bool) -> list[dict[str, Any]]:
-    return [
-        {
-            "addresses": ["10.244.1.10"],
-            "nodeName": "node1",
-            "conditions": {"ready": ready, "serving": ready, "terminating": False},
-        }
-    ]
-
-
-def endpoint_slice(svc: str, ready: bool) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{svc}-a",
-            "namespace": NS,
-            "labels": {"kubernetes.io/service-name": svc},
-        },
-        "addressType": "IPv4",
-        "endpoints": endpoints(ready),
-        "ports": [{"port": 80, "protocol": "TCP"}],
-    }
-
-
 def speaker_config(topo: Topology) -> str:
     return one_peer_config(
         pool="bench", addresses=("10.99.0.0/16",), peer_address=str(topo.router_address(4))
@@ -228,23 +178,16 @@ class Speaker:
         self.topo = topo
         work.mkdir(parents=True, exist_ok=True)
         (work / "config.yaml").write_text(speaker_config(topo))
-        self.log = work / "speaker.log"
-        argv = [
-            str(ROOT / ".venv/bin/kube-bgpd"),
-            "speaker",
-            "--config",
-            str(work / "config.yaml"),
-            "--node-name",
-            "node1",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--work-dir",
-            str(work / "work"),
-            "--metrics-address",
-            STATUS,
-        ]
-        with self.log.open("wb") as out:
-            self.proc = topo.nodes[0].popen(argv, stdout=out, stderr=subprocess.STDOUT)
+        self.group = ProcessGroup(work)
+        argv = speaker_argv(
+            config=work / "config.yaml",
+            node="node1",
+            kubeconfig=kubeconfig,
+            work_dir=work / "work",
+            metrics_address=STATUS,
+        )
+        self.child: Child = self.group.start("speaker", argv, spawner=topo.nodes[0])
+        self.log = self.child.log
         self.started = time.monotonic()
 
     def get(self, path: str) -> str:
@@ -279,25 +222,10 @@ class Speaker:
     def rss(self) -> tuple[int, int, int]:
         """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper)."""
         exa = int(json.loads(self.get("/status"))["exabgp"]["pid"])
-        return rss_kb(self.proc.pid), rss_kb(exa), children_rss(exa)
+        return rss_kb(self.child.pid), rss_kb(exa), children_rss_kb(exa)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
-def children_rss(pid: int) -> int:
-    kids = [
-        int(c)
-        for t in Path(f"/proc/{pid}/task").iterdir()
-        for c in (t / "children").read_text().split()
-    ]
-    return sum(rss_kb(c) for c in kids)
+        self.group.stop()
 
 
 @contextmanager
@@ -337,33 +265,35 @@ def summary(name: str, values: list[float]) -> dict[str, float]:
     return ms
 
 
-def latency_bare(bare: Bare, bird: BirdCtl, changes: int) -> list[float]:
+def latency_bare(bare: FedExaBGP, bird: BirdCtl, changes: int) -> list[float]:
     out = []
     for i in range(changes):
         up = i % 2 == 0
         verb = "announce" if up else "withdraw"
         time.sleep(0.05)
         t0 = time.monotonic()
-        bare.send([f"{verb} route {LATENCY_IP}/32 next-hop self"])
+        bare.feed.send([f"{verb} route {LATENCY_IP}/32 next-hop self"])
         out.append(bird.wait(LATENCY_IP, up) - t0)
     return out
 
 
-def bulk_bare(bare: Bare, bird: BirdCtl, n: int, window: int = 200) -> float:
+def bulk_bare(bare: FedExaBGP, bird: BirdCtl, n: int, window: int = 200) -> float:
     """Announce n routes (at most ``window`` unacknowledged); seconds to all at BIRD."""
     cmds = [f"announce route {p} next-hop self" for p in prefixes(n)]
     t0 = time.monotonic()
-    bare.send_windowed(cmds, window)
+    bare.feed.send_windowed(cmds, window)
     return bird.wait_count(n) - t0
 
 
 def flip(sim: NetnsApiSimulator, svc: str, ready: bool) -> None:
-    sim.store.patch("endpointslices", f"{svc}-a", {"endpoints": endpoints(ready)}, namespace=NS)
+    sim.store.patch(
+        "endpointslices", f"{svc}-a", {"endpoints": node1_endpoints(ready)}, namespace=NAMESPACE
+    )
 
 
 def slice_path(svc: str) -> str:
-    """The API path of Service ``svc``'s EndpointSlice (``endpoint_slice()`` names it)."""
-    return f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices/{svc}-a"
+    """The API path of Service ``svc``'s EndpointSlice (``node1_slice()`` names it)."""
+    return f"/apis/discovery.k8s.io/v1/namespaces/{NAMESPACE}/endpointslices/{svc}-a"
 
 
 class HttpWriter:
@@ -406,7 +336,7 @@ class HttpWriter:
         path = slice_path(svc)
         box: dict[str, Any] = {}
         done = threading.Event()
-        data = json.dumps({"endpoints": endpoints(ready)}).encode()
+        data = json.dumps({"endpoints": node1_endpoints(ready)}).encode()
         self._jobs.put((path, data, box, done))
         done.wait(30)
         if "error" in box or box.get("status") != 200:
@@ -518,7 +448,7 @@ async def write_load_http(url: str, rate: int, seconds: float, services: int) ->
             sent += 1
             ready[k] = not ready[k]
             path = slice_path(f"load{k}")
-            body = json.dumps({"endpoints": endpoints(ready[k])})
+            body = json.dumps({"endpoints": node1_endpoints(ready[k])})
             headers = {"Content-Type": "application/merge-patch+json"}
             async with session.patch(url + path, data=body, headers=headers) as response:
                 await response.read()
@@ -591,8 +521,8 @@ def start_load(sim: NetnsApiSimulator, services: int, rate: int) -> dict[str, An
                 store.patch(
                     "endpointslices",
                     f"load{k}-a",
-                    {"endpoints": endpoints(ready[k])},
-                    namespace=NS,
+                    {"endpoints": node1_endpoints(ready[k])},
+                    namespace=NAMESPACE,
                 )
                 state["written"] += 1
             await asyncio.sleep(0.002)
@@ -727,7 +657,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
         writer = HttpWriter(topo.router.name) if args.write == "http" else None
         try:
             # Bare ExaBGP first, alone on node1.
-            bare = Bare(topo, work / "bare")
+            bare = fed_exabgp(topo, work / "bare")
             try:
                 router.wait_established(1, 30)
                 time.sleep(1)
@@ -735,8 +665,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 summary("bare ExaBGP announce/withdraw -> BIRD", v)
                 took = timed("bare bulk", lambda: bulk_bare(bare, bird, args.services))
                 time.sleep(2)
-                exa = rss_kb(bare.proc.pid)
-                helper = children_rss(bare.proc.pid)
+                exa = rss_kb(bare.pid)
+                helper = children_rss_kb(bare.pid)
                 print(
                     f"bare ExaBGP with {args.services} routes (bulk in {took:.2f} s): "
                     f"RSS ExaBGP {exa / 1024:.1f} MiB, API process {helper / 1024:.1f} MiB",
@@ -755,8 +685,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
 
             # The speaker: latency with 2 Services, then with the load Services too.
             base: list[dict[str, Any]] = [node_object("node1", [str(topo.node_address(1))])]
-            base += [service("lat", LATENCY_IP), endpoint_slice("lat", False)]
-            base += [service("probe", PROBE_IP), endpoint_slice("probe", False)]
+            base += [local_service("lat", LATENCY_IP), node1_slice("lat", False)]
+            base += [local_service("probe", PROBE_IP), node1_slice("probe", False)]
             seed(sim, base)
             speaker = Speaker(topo, work / "speaker-small", kubeconfig)
             try:
@@ -765,8 +695,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 speaker_latency(sim, speaker, bird, args.changes, "2 Services", writer)
                 more: list[dict[str, Any]] = []
                 for k in range(args.load_services):
-                    more += [service(f"load{k}", f"10.99.{210 + k // 250}.{k % 250 + 1}")]
-                    more += [endpoint_slice(f"load{k}", True)]
+                    more += [local_service(f"load{k}", f"10.99.{210 + k // 250}.{k % 250 + 1}")]
+                    more += [node1_slice(f"load{k}", True)]
                 seed(sim, more)
                 bird.wait_count(args.load_services, within=60)
                 time.sleep(1)
@@ -785,7 +715,7 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 time.sleep(0.1)
             big = []
             for i in range(args.services):
-                big += [service(f"s{i}", ip_of(i)), endpoint_slice(f"s{i}", True)]
+                big += [local_service(f"s{i}", address(i)), node1_slice(f"s{i}", True)]
             took = seed(sim, big)
             total = args.services + args.load_services
             print(f"seeded {args.services} Services and slices in {took:.1f} s", flush=True)

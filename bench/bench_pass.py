@@ -21,28 +21,24 @@ import contextlib
 import gc
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from prometheus_client.exposition import generate_latest
 
-from bench_k8s import endpoint_slice, ip_of, service  # noqa: E402
-from prometheus_client.exposition import generate_latest  # noqa: E402
-
-from bgpd.config import load_config_or_raise  # noqa: E402
-from bgpd.metrics import _Collected  # noqa: E402
-from bgpd.model import NodeName, ServiceKey  # noqa: E402
-from bgpd.objects import endpoint_slice_from_api, node_from_api, service_from_api  # noqa: E402
-from bgpd.speaker import Speaker  # noqa: E402
-from bgpd.status import materialise  # noqa: E402
-from k8s_watcher.cache import SpeakerSource  # noqa: E402
-from k8s_watcher.client import KubeClient  # noqa: E402
-from kbgpd_lab.lab.apicluster import node_object  # noqa: E402
-from kbgpd_lab.lab.speakerfiles import one_peer_config  # noqa: E402
+from bgpd.config import load_config_or_raise
+from bgpd.metrics import _Collected
+from bgpd.model import NodeName, ServiceKey
+from bgpd.objects import endpoint_slice_from_api, node_from_api, service_from_api
+from bgpd.speaker import Speaker
+from bgpd.status import materialise
+from k8s_watcher.cache import SpeakerSource
+from k8s_watcher.client import KubeClient
+from kbgpd_lab.kit.measure import address
+from kbgpd_lab.kit.scale import local_service, node1_slice
+from kbgpd_lab.lab.apicluster import node_object
+from kbgpd_lab.lab.speakerfiles import one_peer_config
 
 
 async def acking_helper(path: Path) -> None:
@@ -73,10 +69,10 @@ async def run(services: int, changes: int, work: Path) -> None:
     source._secrets_loaded = True
     source._on_node("node1", None, node_from_api(node_object("node1", ["127.0.0.1"])))
     for i in range(services):
-        s = service_from_api(service(f"s{i}", ip_of(i)))
+        s = service_from_api(local_service(f"s{i}", address(i)))
         source._on_service(s.key, None, s)
         source._on_slice(
-            f"default/s{i}-a", None, endpoint_slice_from_api(endpoint_slice(f"s{i}", True))
+            f"default/s{i}-a", None, endpoint_slice_from_api(node1_slice(f"s{i}", True))
         )
     speaker = Speaker(
         config=config,
@@ -115,7 +111,7 @@ async def run(services: int, changes: int, work: Path) -> None:
             i = k % 10
             key = f"default/s{i}-a"
             previous = source._slices[ServiceKey(f"default/s{i}")][key]
-            new = endpoint_slice_from_api(endpoint_slice(f"s{i}", k % 20 >= 10))
+            new = endpoint_slice_from_api(node1_slice(f"s{i}", k % 20 >= 10))
             step_times.clear()
             start = time.perf_counter()
             source._on_slice(key, previous, new)

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,63 +34,35 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from bgpd.model import ServiceKey  # noqa: E402
-from k8s_watcher.cache import KubernetesSource  # noqa: E402
-from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path  # noqa: E402
-from k8s_watcher.informer import InformerTiming  # noqa: E402
+from bgpd.model import ServiceKey
+from k8s_watcher.cache import KubernetesSource
+from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path
+from k8s_watcher.informer import InformerTiming
+from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.measure import pct
+from kbgpd_lab.kit.processes import ProcessGroup, venv_script
+from kbgpd_lab.kit.waiting import wait_until
 
 HOT = "hot"  # the Service whose slices the latency and load phases change
 
 
 def service(name: str, i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}], "externalTrafficPolicy": "Local"},
-        "status": {"loadBalancer": {"ingress": [{"ip": f"10.99.{i // 250}.{i % 250}"}]}},
-    }
+    ip = f"10.99.{i // 250}.{i % 250}"
+    return manifests.service(name, policy="Local", ips=(ip,))
 
 
 def endpoint_slice(name: str, svc: str, seq: int, ready: bool = True) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": svc, "seq": str(seq)},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {
-                "addresses": [f"10.1.{seq % 250}.1"],
-                "nodeName": f"n{seq % 100}",
-                "conditions": {"ready": ready},
-            }
-        ],
-    }
+    endpoint = manifests.endpoint(f"10.1.{seq % 250}.1", f"n{seq % 100}", ready=ready)
+    return manifests.endpoint_slice(name, svc, [endpoint], labels={"seq": str(seq)})
 
 
 def node(i: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": f"n{i}", "labels": {"zone": f"z{i % 3}"}},
-        "status": {"addresses": [{"type": "InternalIP", "address": f"172.31.250.{10 + i}"}]},
-    }
+    address = f"172.31.250.{10 + i}"
+    return manifests.node(f"n{i}", labels={"zone": f"z{i % 3}"}, addresses=(address,))
 
 
 def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def slice_patch(seq: int) -> dict[str, Any]:
@@ -261,29 +232,29 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="bench-watch-"))
     kubeconfig = work / "kubeconfig"
-    sim = subprocess.Popen(
-        [
-            str(ROOT / ".venv/bin/kube-bgpd"),
-            "apiserver-sim",
-            "--listen",
-            "127.0.0.1:0",
-            "--seed",
-            str(seed_file(args, work)),
-            "--kubeconfig-out",
-            str(kubeconfig),
-            "--bookmark-interval",
-            "5",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        while not (kubeconfig.exists() and kubeconfig.stat().st_size):
-            time.sleep(0.1)
+    argv = [
+        venv_script("kube-bgpd-lab"),
+        "apiserver-sim",
+        "--listen",
+        "127.0.0.1:0",
+        "--seed",
+        str(seed_file(args, work)),
+        "--kubeconfig-out",
+        str(kubeconfig),
+        "--bookmark-interval",
+        "5",
+    ]
+    with ProcessGroup(work) as group:
+        sim = group.start("apiserver-sim", argv)
+        wait_until(
+            lambda: kubeconfig.exists() and kubeconfig.stat().st_size,
+            within=120,
+            poll=0.1,
+            what="the simulator's kubeconfig",
+            give_up=sim.exited,
+            details=sim.log_text,
+        )
         asyncio.run(run(args, kubeconfig))
-    finally:
-        sim.terminate()
-        sim.wait()
 
 
 if __name__ == "__main__":

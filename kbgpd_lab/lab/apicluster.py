@@ -19,7 +19,7 @@ Public interface: ``enter_netns(name)``, ``call_in_netns(name, fn)``,
 ``NetnsApiSimulator(netns_name, host, port)``, ``ApiClient(netns_name, url)`` with
 ``apply(objects)``, ``delete(kind, name, namespace)``, ``list(kind)``, ``request(...)``;
 ``services_table(services)``; object builders ``namespace_object``, ``node_object``,
-``service_object``, ``endpoint_slices``.
+``service_object``, ``endpoint_slices`` (the lab's defaults over kbgpd_lab.kit.manifests).
 
 What it must not do: listen or connect outside the lab's namespaces.
 """
@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kbgpd_lab.apisim.threaded import ApiSimulatorThread
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.lab.netns import NETNS_DIR, NetnsError
 
 T = TypeVar("T")
@@ -212,19 +213,13 @@ def services_table(services: Sequence[dict[str, Any]]) -> str:
 
 
 def namespace_object(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    return manifests.namespace(name)
 
 
 def node_object(name: str, addresses: Sequence[str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "status": {
-            "addresses": [{"type": "InternalIP", "address": a} for a in addresses],
-            "conditions": [{"type": "Ready", "status": "True"}],
-        },
-    }
+    return manifests.node(
+        name, labels={"kubernetes.io/hostname": name}, addresses=addresses, ready=True
+    )
 
 
 def service_object(
@@ -237,22 +232,20 @@ def service_object(
     requested_ips: Sequence[str] = (),
 ) -> dict[str, Any]:
     """A LoadBalancer Service as a user writes it; the controller fills its status."""
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if requested_ips:
-        meta["annotations"] = {"metallb.io/loadBalancerIPs": ",".join(requested_ips)}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta,
-        "spec": {
-            "type": "LoadBalancer",
-            "externalTrafficPolicy": policy,
-            "ipFamilyPolicy": "RequireDualStack" if len(families) > 1 else "SingleStack",
-            "ipFamilies": [f"IPv{f}" for f in families],
-            "selector": {"app": name},
-            "ports": [{"port": port, "protocol": "TCP", "targetPort": port}],
-        },
-    }
+    return manifests.service(
+        name,
+        namespace,
+        policy=policy,
+        families=families,
+        family_policy="RequireDualStack" if len(families) > 1 else "SingleStack",
+        selector={"app": name},
+        ports=(port,),
+        protocol="TCP",
+        target_port=True,
+        annotations=(
+            {"metallb.io/loadBalancerIPs": ",".join(requested_ips)} if requested_ips else None
+        ),
+    )
 
 
 def endpoint_slices(
@@ -260,24 +253,23 @@ def endpoint_slices(
 ) -> list[dict[str, Any]]:
     """What the EndpointSlice controller would write for pods on ``pod_nodes``."""
     return [
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-v{fam}",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": name},
-            },
-            "addressType": f"IPv{fam}",
-            "endpoints": [
-                {
-                    "addresses": [f"10.244.{n}.10" if fam == 4 else f"fd00:244:{n}::10"],
-                    "nodeName": f"node{n}",
-                    "conditions": {"ready": True, "serving": True, "terminating": False},
-                }
+        manifests.endpoint_slice(
+            f"{name}-v{fam}",
+            name,
+            [
+                manifests.endpoint(
+                    f"10.244.{n}.10" if fam == 4 else f"fd00:244:{n}::10",
+                    f"node{n}",
+                    ready=True,
+                    serving=True,
+                    terminating=False,
+                )
                 for n in pod_nodes
             ],
-            "ports": [{"port": port, "protocol": "TCP"}],
-        }
+            namespace,
+            address_type=f"IPv{fam}",
+            ports=(port,),
+            protocol="TCP",
+        )
         for fam in families
     ]

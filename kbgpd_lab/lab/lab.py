@@ -27,7 +27,8 @@ Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
 ``set_on_sigterm(action)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
-``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``.
+``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
+``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from typing import Any, Self
 import yaml
 
 from bgpd.model import IPAddress
+from kbgpd_lab.kit.processes import FedExaBGP
 from kbgpd_lab.lab.apicluster import (
     API_PORT,
     ApiClient,
@@ -135,6 +137,19 @@ class LabService:
 
 def node_addresses(topo: Topology, i: int) -> list[str]:
     return [str(topo.node_address(i, f)) for f in ((4, 6) if topo.ipv6 else (4,))]
+
+
+def fed_exabgp(topo: Topology, work: Path, node: int = 1) -> FedExaBGP:
+    """A bare ExaBGP in node N peering with the lab's router (the lab's ASNs, IPv4), fed
+    commands by its caller: the baseline the benchmarks set kube-bgpd's driver against."""
+    return FedExaBGP(
+        work,
+        router=str(topo.router_address(4)),
+        local=str(topo.node_address(node)),
+        my_asn=NODE_ASN,
+        peer_asn=ROUTER_ASN,
+        spawner=topo.nodes[node - 1],
+    )
 
 
 def families_of(ips: Iterable[str]) -> list[int]:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN
 
 #: The lab router's IPv4 address on the node LAN (``Topology.router_address(4)``).
@@ -43,41 +44,20 @@ def one_peer_config(
     advertisement: dict[str, Any] = {"ipAddressPools": [pool]}
     if communities:
         advertisement["communities"] = list(communities)
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": pool},
-            "spec": {"addresses": list(addresses)},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor"},
-            "spec": {
-                "myASN": NODE_ASN,
-                "peerASN": ROUTER_ASN,
-                "peerAddress": peer_address,
-                "holdTime": "9s",
-                "enableGracefulRestart": graceful,
-            },
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": pool},
-            "spec": advertisement,
-        },
+    docs = [
+        manifests.pool(pool, addresses),
+        manifests.bgp_peer(
+            "tor",
+            my_asn=NODE_ASN,
+            peer_asn=ROUTER_ASN,
+            address=peer_address,
+            holdTime="9s",
+            enableGracefulRestart=graceful,
+        ),
+        manifests.advertisement(pool, **advertisement),
     ]
     if speaker is not None:
-        docs.append(
-            {
-                "apiVersion": "kube-bgpd.io/v1alpha1",
-                "kind": "SpeakerConfig",
-                "metadata": {"name": "speaker"},
-                "spec": dict(speaker),
-            }
-        )
+        docs.append(manifests.speaker_config(**speaker))
     return yaml.safe_dump_all(docs)
 
 
@@ -85,45 +65,17 @@ def node_item(
     name: str, address: str, *, labels: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
     """A Node with one InternalIP (and ``labels`` when given)."""
-    meta: dict[str, Any] = {"name": name}
-    if labels is not None:
-        meta["labels"] = dict(labels)
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": meta,
-        "status": {"addresses": [{"type": "InternalIP", "address": address}]},
-    }
+    return manifests.node(name, labels=labels, addresses=(address,))
 
 
 def service_items(name: str, ip: str, *, uid: str, namespace: str = "shop") -> list[dict[str, Any]]:
     """A Cluster-policy LoadBalancer Service holding ``ip`` and its EndpointSlice with one
     ready endpoint (10.0.0.1) on node1."""
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "spec": {
-                "type": "LoadBalancer",
-                "externalTrafficPolicy": "Cluster",
-                "ports": [{"port": 80}],
-            },
-            "status": {"loadBalancer": {"ingress": [{"ip": ip}]}},
-        },
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": f"{name}-a",
-                "namespace": namespace,
-                "labels": {"kubernetes.io/service-name": name},
-            },
-            "addressType": "IPv4",
-            "endpoints": [
-                {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
-            ],
-        },
+        manifests.service(name, namespace, policy="Cluster", uid=uid, ips=(ip,)),
+        manifests.endpoint_slice(
+            f"{name}-a", name, [manifests.endpoint("10.0.0.1", "node1")], namespace
+        ),
     ]
 
 

@@ -1,4 +1,5 @@
-"""Shared helpers for the API simulator tests: object builders and a raw watch reader."""
+"""Shared helpers for the API simulator tests: this suite's object defaults (built by
+kbgpd_lab.kit.manifests) and a raw watch reader."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import json
 from typing import Any
 
 import aiohttp
+
+from kbgpd_lab.kit import manifests
 
 
 def service(
@@ -18,42 +21,22 @@ def service(
     svc_type: str = "ClusterIP",
     **extra: Any,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if labels:
-        meta["labels"] = labels
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": meta,
-        "spec": {"type": svc_type, "ports": [{"port": p} for p in ports], **extra},
-    }
+    """A Service with bare ports; `extra` are more spec fields."""
+    return manifests.service(
+        name, namespace, type=svc_type, ports=ports, labels=labels or None, spec=extra
+    )
 
 
 def endpoint_slice(
     name: str, service_name: str, ips: tuple[str, ...], namespace: str = "default"
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": service_name},
-        },
-        "addressType": "IPv4",
-        "endpoints": [{"addresses": [ip], "conditions": {"ready": True}} for ip in ips],
-        "ports": [{"port": 8080}],
-    }
+    """A slice of ready endpoints on no node, one bare port 8080."""
+    endpoints = [manifests.endpoint(ip) for ip in ips]
+    return manifests.endpoint_slice(name, service_name, endpoints, namespace, ports=(8080,))
 
 
 def node(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
+    return manifests.node(name, labels=labels or {}, ready=True, spec=True)
 
 
 class WatchReader:

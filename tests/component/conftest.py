@@ -9,8 +9,9 @@
 * ``frr_router``, ``bird_router``, ``gobgp_router`` - ``make_router(kind)`` with defaults:
   router AS 64512 listening for dynamic eBGP neighbours of AS 64513 on the node LAN
   (IPv4 and IPv6).
-* ``start_exabgp(node, routes=..., ...)`` - a bare ExaBGP (no kube-bgpd code) in node N's
-  namespace with static routes, for testing the harness itself and as a baseline.
+* ``start_exabgp(node, routes=..., ...)`` - a bare ExaBGP (the kit's :class:`BareExaBGP`, no
+  kube-bgpd code) in node N's namespace with static routes, for testing the harness itself
+  and as a baseline.
 
 Tests using these need ``pytest.mark.component`` and ``pytest.mark.root``. They are not
 skipped without root: they fail loudly, because CI runs as root and a silent skip would
@@ -21,15 +22,14 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kbgpd_lab.kit.processes import BareExaBGP, ProcessGroup
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
 from kbgpd_lab.lab.routers import make_router as build_router
 from kbgpd_lab.lab.topology import Topology, cleanup_leftovers
@@ -99,18 +99,6 @@ def gobgp_router(make_router: Callable[..., Router]) -> Router:
     return make_router("gobgp")
 
 
-@dataclass(slots=True)
-class BareExaBGP:
-    """A bare ExaBGP process started by a test (no kube-bgpd code involved)."""
-
-    proc: subprocess.Popen[bytes]
-    config: Path
-    log: Path
-
-    def log_text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
-
-
 @pytest.fixture
 def start_exabgp(
     topology: Topology, tmp_path: Path, request: pytest.FixtureRequest
@@ -119,9 +107,10 @@ def start_exabgp(
 
     Writes an ExaBGP 5 config for one neighbour (the router, in that family) with a
     ``static`` block of ``route P next-hop self <attributes>;`` and starts it in node N's
-    namespace as root without privilege drop (lab-notes: otherwise it drops to nobody).
+    namespace as the kit's :class:`BareExaBGP` (root without privilege drop).
     ``attributes`` is appended to every route, e.g. ``"community [1:2] med 5"``.
     """
+    group = ProcessGroup(tmp_path)
     started: list[BareExaBGP] = []
 
     def factory(
@@ -136,15 +125,12 @@ def start_exabgp(
         md5_password: str | None = None,
         extra: str = "",
     ) -> BareExaBGP:
-        local = topology.node_address(node, family)
-        conf = tmp_path / f"exabgp-node{node}-v{family}-{len(started)}.conf"
-        log = conf.with_suffix(".log")
         statics = "".join(f"    route {r} next-hop self {attributes};\n" for r in routes)
         md5 = f"  md5-password {md5_password};\n" if md5_password else ""
-        conf.write_text(
+        config = (
             f"neighbor {topology.router_address(family)} {{\n"
             f"  router-id {topology.node_address(node, 4)};\n"
-            f"  local-address {local};\n"
+            f"  local-address {topology.node_address(node, family)};\n"
             f"  local-as {local_as};\n"
             f"  peer-as {peer_as};\n"
             f"  hold-time {hold_time};\n"
@@ -153,26 +139,14 @@ def start_exabgp(
             f"  static {{\n{statics}  }}\n"
             "}\n"
         )
-        env = dict(
-            os.environ,
-            exabgp_daemon_user="root",
-            exabgp_daemon_drop="false",
-            exabgp_log_destination=str(log),
-        )
-        exabgp = str(Path(sys.executable).with_name("exabgp"))
-        with log.with_suffix(".out").open("wb") as out:
-            proc = topology.nodes[node - 1].popen(
-                [exabgp, "server", str(conf)], env=env, stdout=out, stderr=subprocess.STDOUT
-            )
-        started.append(BareExaBGP(proc, conf, log))
+        path = tmp_path / f"exabgp-node{node}-v{family}-{len(started)}.conf"
+        started.append(BareExaBGP.start(group, config, path, spawner=topology.nodes[node - 1]))
         return started[-1]
 
     try:
         yield factory
     finally:
-        for exa in started:
-            if _failed(request):
+        if _failed(request):
+            for exa in started:
                 sys.stderr.write(f"\n==== exabgp {exa.config.name}\n{exa.log_text()[-3000:]}\n")
-            if exa.proc.poll() is None:
-                exa.proc.kill()
-            exa.proc.wait(timeout=10)
+        group.stop(grace=10)

@@ -1,6 +1,7 @@
-"""Builders and helpers for the k8s_watcher and controller tests against the API simulator.
+"""Helpers for the k8s_watcher and controller tests against the API simulator.
 
-Objects are plain API JSON (what kubectl would send); fixtures give an in-process
+Objects are plain API JSON from kbgpd_lab.kit.manifests with this suite's defaults (a
+Service selects app=NAME, one endpoint port 8080, Ready nodes); fixtures give an in-process
 simulator on loopback and a KubeClient pointed at it through a real kubeconfig file.
 No logic under test lives here.
 """
@@ -9,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import socket
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 from k8s_watcher.client import KubeClient
 from k8s_watcher.informer import InformerTiming
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit import manifests
 
 #: Short timings so failures and recoveries happen within a test's patience.
 FAST = InformerTiming(
@@ -45,26 +45,21 @@ def lb_service(
     lb_class: str | None = None,
     ports: tuple[int, ...] = (80,),
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "type": svc_type,
-        "ports": [{"port": p, "protocol": "TCP"} for p in ports],
-        "selector": {"app": name},
-    }
-    if svc_type in ("LoadBalancer", "NodePort"):
-        spec["externalTrafficPolicy"] = policy
-    if load_balancer_ip:
-        spec["loadBalancerIP"] = load_balancer_ip
-    if lb_class:
-        spec["loadBalancerClass"] = lb_class
-    meta: dict[str, Any] = {"name": name, "namespace": namespace}
-    if annotations:
-        meta["annotations"] = annotations
-    if labels:
-        meta["labels"] = labels
-    obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": spec}
-    if ips:
-        obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
-    return obj
+    """A Service selecting pods app=NAME, TCP ports; the traffic policy where the type has one."""
+    return manifests.service(
+        name,
+        namespace,
+        type=svc_type,
+        ports=ports,
+        protocol="TCP",
+        selector={"app": name},
+        policy=policy if svc_type in ("LoadBalancer", "NodePort") else None,
+        load_balancer_ip=load_balancer_ip or None,
+        lb_class=lb_class or None,
+        ips=ips,
+        annotations=annotations or None,
+        labels=labels or None,
+    )
 
 
 def endpoint_slice(
@@ -73,51 +68,33 @@ def endpoint_slice(
     endpoints: tuple[tuple[str, str, bool], ...],
     namespace: str = "default",
 ) -> dict[str, Any]:
-    """endpoints: (address, node, ready)."""
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"kubernetes.io/service-name": service},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {"addresses": [a], "nodeName": n, "conditions": {"ready": r}} for a, n, r in endpoints
-        ],
-        "ports": [{"port": 8080, "protocol": "TCP"}],
-    }
+    """endpoints: (address, node, ready); one TCP port 8080."""
+    return manifests.endpoint_slice(
+        name,
+        service,
+        [manifests.endpoint(a, n, ready=r) for a, n, r in endpoints],
+        namespace,
+        ports=(8080,),
+        protocol="TCP",
+    )
 
 
 def node(
     name: str, *, labels: dict[str, str] | None = None, heartbeat: str = "2026-01-01T00:00:00Z"
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {},
-        "status": {
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "lastHeartbeatTime": heartbeat,
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            ],
-            "addresses": [{"type": "InternalIP", "address": "172.31.250.11"}],
-        },
-    }
+    """A Ready node (heartbeat as given) with one InternalIP."""
+    return manifests.node(
+        name,
+        labels=labels or {},
+        addresses=("172.31.250.11",),
+        ready=True,
+        heartbeat=heartbeat,
+        spec=True,
+    )
 
 
 def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name, "labels": labels or {}},
-    }
+    return manifests.namespace(name, labels or {})
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -125,27 +102,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return int(s.getsockname()[1])
-
-
-async def wait_until(
-    predicate: Callable[[], bool | Awaitable[bool]],
-    *,
-    within: float = 10.0,
-    what: str = "condition",
-) -> float:
-    """Poll until `predicate()` (a plain or an async check); returns the seconds it took.
-    Fails loudly on timeout."""
-    start = time.monotonic()
-    while not await _holds(predicate):
-        if time.monotonic() - start > within:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        await asyncio.sleep(0.01)
-    return time.monotonic() - start
-
-
-async def _holds(predicate: Callable[[], bool | Awaitable[bool]]) -> bool:
-    result = predicate()
-    return await result if inspect.isawaitable(result) else result
 
 
 @contextlib.asynccontextmanager
@@ -176,3 +132,22 @@ async def running(coro: Coroutine[Any, Any, Any], name: str) -> AsyncIterator[as
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def lease_renewals(
+    sim: ApiSimulator, name: str = "kube-bgpd-controller", namespace: str = "default"
+) -> Callable[[], int]:
+    """A counter of the renewals of a Lease seen from now on (each distinct renewTime;
+    poll it more often than the retry period): waiting for a few renewals is waiting for
+    a few retry periods, as the leader lives them."""
+    seen: set[str] = set()
+
+    def count() -> int:
+        obj = sim.store.get("leases", name, namespace)
+        renew = None if obj is None else obj["spec"].get("renewTime")
+        if renew is not None:
+            seen.add(renew)
+        return len(seen)
+
+    count()
+    return count

@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_kit import FAST, client_for, lb_service, namespace, running, simulator, wait_until
+from k8s_kit import (
+    FAST,
+    client_for,
+    lb_service,
+    lease_renewals,
+    namespace,
+    running,
+    simulator,
+)
 
 from bgpd.config import load_config_or_raise
 from bgpd.controller import Controller, ControllerOptions, run_controller
@@ -23,6 +32,7 @@ from bgpd.model import Config
 from k8s_watcher.client import KubeClient
 from k8s_watcher.leader import LeaderElector, LeaderTiming
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -115,7 +125,7 @@ class Env:
             elected=lambda _elector, controller: found.append(controller),
         )
         async with running(coro, f"controller-{identity}"):
-            await wait_until(lambda: bool(found), what="controller created")
+            await wait_until_async(lambda: bool(found), what="controller created")
             yield found[0]
 
 
@@ -130,8 +140,8 @@ async def test_allocates_writes_status_annotation_and_events(env: Env) -> None:
     sim.store.create(lb_service("web"))
     sim.store.create(lb_service("plain", svc_type="ClusterIP"))
     async with env.controller():
-        await wait_until(lambda: ingress(sim, "web") != [], what="web allocated")
-        await wait_until(lambda: reasons(sim, "web") == ["IPAllocated"], what="event")
+        await wait_until_async(lambda: ingress(sim, "web") != [], what="web allocated")
+        await wait_until_async(lambda: reasons(sim, "web") == ["IPAllocated"], what="event")
     assert ingress(sim, "web") == ["10.99.0.10"]
     assert annotations(sim, "web")[POOL_ANNOTATION] == "small"
     assert events(sim, "web") == [("web", "Normal", "IPAllocated", 'Assigned IP ["10.99.0.10"]')]
@@ -165,8 +175,8 @@ async def test_requested_ips_and_pools(
 ) -> None:
     env.sim.store.create(lb_service("asks", **service))
     async with env.controller():
-        await wait_until(lambda: ingress(env.sim, "asks") != [], what="allocation")
-        await wait_until(lambda: POOL_ANNOTATION in annotations(env.sim, "asks"), what="pool")
+        await wait_until_async(lambda: ingress(env.sim, "asks") != [], what="allocation")
+        await wait_until_async(lambda: POOL_ANNOTATION in annotations(env.sim, "asks"), what="pool")
     assert ingress(env.sim, "asks") == expected
     assert annotations(env.sim, "asks")[POOL_ANNOTATION] == pool
 
@@ -177,8 +187,8 @@ async def test_namespace_selector_pool(env: Env) -> None:
     sim.store.create(lb_service("api", "team-a"))
     sim.store.create(lb_service("api", "default"))
     async with env.controller():
-        await wait_until(lambda: ingress(sim, "api", "team-a") != [], what="team-a")
-        await wait_until(lambda: ingress(sim, "api", "default") != [], what="default")
+        await wait_until_async(lambda: ingress(sim, "api", "team-a") != [], what="team-a")
+        await wait_until_async(lambda: ingress(sim, "api", "default") != [], what="default")
     assert ingress(sim, "api", "team-a") == ["10.99.2.0"]
     assert ingress(sim, "api", "default") == ["10.99.0.10"]
 
@@ -191,10 +201,10 @@ async def test_conflicting_requests_one_wins_other_gets_event_then_ip_on_delete(
     sim.store.create(lb_service("first", annotations=wanted))
     sim.store.create(lb_service("second", annotations=wanted))
     async with env.controller():
-        await wait_until(lambda: "AllocationFailed" in reasons(sim, "second"), what="failure")
+        await wait_until_async(lambda: "AllocationFailed" in reasons(sim, "second"), what="failure")
         # Events are recorded without waiting for the status write, so the failure Event of
         # the loser can land before the winner's status patch: wait for the write itself.
-        await wait_until(lambda: ingress(sim, "first") != [], what="first allocated")
+        await wait_until_async(lambda: ingress(sim, "first") != [], what="first allocated")
         assert ingress(sim, "first") == ["10.99.0.11"], "ties go by namespace/name"
         assert ingress(sim, "second") == []
         (failed,) = [e for e in events(sim, "second") if e[2] == "AllocationFailed"]
@@ -202,8 +212,8 @@ async def test_conflicting_requests_one_wins_other_gets_event_then_ip_on_delete(
         assert "10.99.0.11" in failed[3]
         # Deleting the holder releases the IP; the waiting Service gets it.
         sim.store.delete("services", "first", "default")
-        await wait_until(lambda: ingress(sim, "second") == ["10.99.0.11"], what="handover")
-        await wait_until(lambda: "IPAllocated" in reasons(sim, "second"), what="event")
+        await wait_until_async(lambda: ingress(sim, "second") == ["10.99.0.11"], what="handover")
+        await wait_until_async(lambda: "IPAllocated" in reasons(sim, "second"), what="event")
     assert reasons(sim, "second").count("AllocationFailed") == 1, "not repeated every round"
 
 
@@ -215,7 +225,7 @@ async def test_sharing_key_shares_one_ip(env: Env) -> None:
     sim.store.create(lb_service("other"))
     async with env.controller():
         for name in ("dns-tcp", "dns-alt", "other"):
-            await wait_until(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
+            await wait_until_async(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
     assert ingress(sim, "dns-tcp") == ingress(sim, "dns-alt") == ["10.99.0.10"]
     assert ingress(sim, "other") == ["10.99.0.11"]
 
@@ -234,13 +244,13 @@ async def test_release_when_no_longer_ours(env: Env, change: dict[str, Any]) -> 
     for name in ("a", "b", "c"):
         sim.store.create(lb_service(name))
     async with env.controller():
-        await wait_until(lambda: "AllocationFailed" in reasons(sim, "c"), what="c waits")
+        await wait_until_async(lambda: "AllocationFailed" in reasons(sim, "c"), what="c waits")
         held = ingress(sim, "a")
         assert held == ["10.99.0.10"]
         sim.store.patch("services", "a", change, namespace="default")
-        await wait_until(lambda: ingress(sim, "c") == held, what="c gets a's IP")
-        await wait_until(lambda: POOL_ANNOTATION not in annotations(sim, "a"), what="cleared")
-        await wait_until(lambda: "ClearAssignment" in reasons(sim, "a"), what="event")
+        await wait_until_async(lambda: ingress(sim, "c") == held, what="c gets a's IP")
+        await wait_until_async(lambda: POOL_ANNOTATION not in annotations(sim, "a"), what="cleared")
+        await wait_until_async(lambda: "ClearAssignment" in reasons(sim, "a"), what="event")
     assert ingress(sim, "a") == []
     assert ingress(sim, "b") == ["10.99.0.11"]
 
@@ -252,16 +262,18 @@ async def test_assignments_survive_restart_and_are_read_first(env: Env) -> None:
     sim.store.create(lb_service("old", ips=("10.99.0.11",)))
     sim.store.create(lb_service("new"))
     async with env.controller():
-        await wait_until(lambda: ingress(sim, "new") != [], what="new allocated")
+        await wait_until_async(lambda: ingress(sim, "new") != [], what="new allocated")
         for name in ("old", "new"):
-            await wait_until(lambda n=name: POOL_ANNOTATION in annotations(sim, n), what=name)
+            await wait_until_async(lambda n=name: POOL_ANNOTATION in annotations(sim, n), what=name)
     assert ingress(sim, "old") == ["10.99.0.11"]
     assert ingress(sim, "new") == ["10.99.0.10"]
     before = {n: ingress(sim, n) for n in ("old", "new")}
     sim.request_log.clear()
     async with env.controller("c2") as second:
-        await wait_until(lambda: second.rounds >= 1, what="a round by the new controller")
-        await asyncio.sleep(0.3)
+        await wait_until_async(lambda: second.rounds >= 1, what="a round by the new controller")
+        # A second round (same config) starts only after the first made its writes.
+        second.set_config(second.config)
+        await wait_until_async(lambda: second.rounds >= 2, what="the first round finished")
     assert {n: ingress(sim, n) for n in ("old", "new")} == before
     status_writes = [r for r in sim.request_log if r.method == "PATCH"]
     assert status_writes == [], "a converged cluster needs no writes after a restart"
@@ -270,10 +282,10 @@ async def test_assignments_survive_restart_and_are_read_first(env: Env) -> None:
 async def test_failed_writes_are_retried(env: Env) -> None:
     sim = env.sim
     async with env.controller() as controller:
-        await wait_until(lambda: controller.rounds >= 1, what="first round")
+        await wait_until_async(lambda: controller.rounds >= 1, what="first round")
         sim.fail_next(2, 503)
         sim.store.create(lb_service("web"))
-        await wait_until(lambda: ingress(sim, "web") == ["10.99.0.10"], what="allocated")
+        await wait_until_async(lambda: ingress(sim, "web") == ["10.99.0.10"], what="allocated")
     failed = [r for r in sim.request_log if r.status == 503]
     assert len(failed) == 2
 
@@ -295,11 +307,13 @@ async def test_only_one_leader_and_graceful_handover(env: Env) -> None:
         )
 
     first = await start("one")
-    await wait_until(lambda: lease(sim).get("holderIdentity") == "one", what="one leads")
+    await wait_until_async(lambda: lease(sim).get("holderIdentity") == "one", what="one leads")
     second = await start("two")
     try:
-        await wait_until(lambda: "two" in electors, what="two campaigning")
-        await asyncio.sleep(1.0)  # several retry periods: two must stay a standby
+        await wait_until_async(lambda: "two" in electors, what="two campaigning")
+        # Several retry periods (renewals by one): two must stay a standby.
+        renewals = lease_renewals(sim)
+        await wait_until_async(lambda: renewals() >= 4, what="one renewing its Lease")
         assert electors["one"].is_leader
         assert not electors["two"].is_leader
         assert ingress(sim, "web") == ["10.99.0.10"]
@@ -308,12 +322,16 @@ async def test_only_one_leader_and_graceful_handover(env: Env) -> None:
         # far sooner than the 2 s lease duration.
         first.cancel()
         await asyncio.wait({first})
-        took = await wait_until(lambda: electors["two"].is_leader, within=5, what="takeover")
+        released_at = time.monotonic()
+        await wait_until_async(lambda: electors["two"].is_leader, within=5, what="takeover")
+        took = time.monotonic() - released_at
         assert took < FAST_LEASE.lease_duration
         assert lease(sim)["holderIdentity"] == "two"
         assert lease(sim)["leaseTransitions"] == transitions + 1
         sim.store.create(lb_service("after"))
-        await wait_until(lambda: ingress(sim, "after") == ["10.99.0.11"], what="two allocates")
+        await wait_until_async(
+            lambda: ingress(sim, "after") == ["10.99.0.11"], what="two allocates"
+        )
         assert ingress(sim, "web") == ["10.99.0.10"]
     finally:
         for task in (first, second):
@@ -327,9 +345,9 @@ async def test_config_reload_moves_ips_the_new_config_no_longer_allows(
     sim = env.sim
     sim.store.create(lb_service("web"))
     async with env.controller() as controller:
-        await wait_until(lambda: ingress(sim, "web") == ["10.99.0.10"], what="first IP")
+        await wait_until_async(lambda: ingress(sim, "web") == ["10.99.0.10"], what="first IP")
         moved = POOLS.replace("10.99.0.10-10.99.0.11", "10.99.0.20-10.99.0.21")
         controller.set_config(load(tmp_path, moved))
-        await wait_until(lambda: ingress(sim, "web") == ["10.99.0.20"], what="moved IP")
-        await wait_until(lambda: "ClearAssignment" in reasons(sim, "web"), what="event")
+        await wait_until_async(lambda: ingress(sim, "web") == ["10.99.0.20"], what="moved IP")
+        await wait_until_async(lambda: "ClearAssignment" in reasons(sim, "web"), what="event")
     assert reasons(sim, "web") == ["IPAllocated", "ClearAssignment", "IPAllocated"]

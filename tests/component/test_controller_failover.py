@@ -19,9 +19,10 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from k8s_kit import free_port, lb_service, simulator, wait_until
+from k8s_kit import free_port, lb_service, lease_renewals, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(90)]
 
@@ -110,7 +111,7 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
             one = await stack.enter_async_context(
                 controller_process("one", config, kubeconfig, tmp_path / "one.log")
             )
-            await wait_until(lambda: holder(sim) == "one", within=20, what="one leads")
+            await wait_until_async(lambda: holder(sim) == "one", within=20, what="one leads")
             port = free_port()
             two = await stack.enter_async_context(
                 controller_process(
@@ -122,17 +123,18 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
                     f"127.0.0.1:{port}",
                 )
             )
-            await wait_until(
+            await wait_until_async(
                 lambda: all(all_ingress(sim).values()), within=20, what="first allocations"
             )
             before = all_ingress(sim)
             # Let two come up (a cold Python start can take seconds on a busy machine)
             # and watch the Lease being renewed for a few retry periods.
             two_log = tmp_path / "two.log"
-            await wait_until(
+            await wait_until_async(
                 lambda: "controller.starting" in two_log.read_text(), within=30, what="two up"
             )
-            await asyncio.sleep(1.0)
+            renewals = lease_renewals(sim)
+            await wait_until_async(lambda: renewals() >= 4, within=20, what="one renewing")
             assert holder(sim) == "one"
             assert two.returncode is None
 
@@ -142,9 +144,9 @@ async def test_standby_takes_over_after_sigkill_without_double_allocation(
             # Work that arrives while nobody leads.
             for i in range(4, 7):
                 sim.store.create(lb_service(f"svc{i}"))
-            await wait_until(lambda: holder(sim) == "two", within=20, what="two takes over")
+            await wait_until_async(lambda: holder(sim) == "two", within=20, what="two takes over")
             takeover = time.monotonic() - killed_at
-            await wait_until(
+            await wait_until_async(
                 lambda: all(all_ingress(sim).values()), within=20, what="new allocations"
             )
             after = all_ingress(sim)

@@ -18,9 +18,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from k8s_kit import lb_service, wait_until
+from k8s_kit import lb_service
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(90)]
 
@@ -102,7 +103,7 @@ async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
                     status = (obj.get("status") or {}).get("loadBalancer") or {}
                     return bool(status.get("ingress"))
 
-                await wait_until(allocated, within=30, what="allocation over HTTPS")
+                await wait_until_async(allocated, within=30, what="allocation over HTTPS")
                 lease = sim.store.get("leases", "kube-bgpd-controller", "kube-system")
                 assert lease is not None, "the Lease goes to the service account's namespace"
                 assert lease["spec"]["holderIdentity"] == "pod-1"

@@ -11,11 +11,9 @@ and the page's `kube-bgpd status` / `explain --from-speaker` commands show it.
 
 from __future__ import annotations
 
+import contextlib
 import re
-import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,9 @@ import deploy_kit as kit
 import pytest
 import yaml
 
-from kbgpd_lab.lab.netns import Netns
+from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.processes import ProcessGroup
+from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.routers import FRRRouter, RouterConfig
 from kbgpd_lab.lab.topology import Topology
 
@@ -57,80 +57,19 @@ class QuickstartFRR(FRRRouter):
 
 def seed(topology: Topology) -> str:
     objects: list[dict[str, Any]] = [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        for ns in ("default", "kube-bgpd-system")
+        manifests.namespace(ns) for ns in ("default", "kube-bgpd-system")
     ]
     objects += [
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": f"node{i}"},
-            "status": {
-                "addresses": [{"type": "InternalIP", "address": str(topology.node_address(i))}]
-            },
-        }
-        for i in (1, 2)
+        manifests.node(f"node{i}", addresses=[str(topology.node_address(i))]) for i in (1, 2)
     ]
     objects.append(doc_service())
     objects.append(
-        {
-            "apiVersion": "discovery.k8s.io/v1",
-            "kind": "EndpointSlice",
-            "metadata": {
-                "name": "web-a",
-                "namespace": "default",
-                "labels": {"kubernetes.io/service-name": "web"},
-            },
-            "addressType": "IPv4",
-            "endpoints": [
-                {"addresses": ["10.0.0.1"], "nodeName": "node1", "conditions": {"ready": True}}
-            ],
-        }
+        manifests.endpoint_slice("web-a", "web", [manifests.endpoint("10.0.0.1", "node1")])
     )
     return yaml.safe_dump_all(objects)
 
 
-class Procs:
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.started: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(self, name: str, ns: Netns, argv: list[str]) -> None:
-        with (self.tmp / f"{name}.log").open("wb") as out:
-            self.started.append((name, ns.popen(argv, stdout=out, stderr=subprocess.STDOUT)))
-
-    def check_alive(self) -> None:
-        for name, proc in self.started:
-            assert proc.poll() is None, f"{name} exited:\n{self.logs()}"
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"==== {log.name}\n{log.read_text(errors='replace')[-2500:]}"
-            for log in sorted(self.tmp.glob("*.log"))
-        )
-
-    def stop(self) -> None:
-        for _name, proc in reversed(self.started):
-            if proc.poll() is None:
-                proc.terminate()
-        for _name, proc in reversed(self.started):
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop()
-
-
-def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs) -> None:
+def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
     documented = re.search(r"EXTERNAL-IP (\S+):", DOC.read_text())
     assert documented is not None
     ip = documented.group(1)
@@ -141,10 +80,9 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
 
     router = QuickstartFRR(topology.router, RouterConfig(), tmp_path / "router")
     router.start()
-    try:
-        procs.start(
+    with contextlib.closing(router), ProcessGroup(tmp_path / "logs") as procs:
+        apisim = procs.start(
             "apisim",
-            topology.router,
             [
                 kit.KUBE_BGPD_LAB,
                 "apiserver-sim",
@@ -152,27 +90,31 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
                 f"--seed={tmp_path / 'seed.yaml'}",
                 f"--kubeconfig-out={kubeconfig}",
             ],
+            spawner=topology.router,
         )
-        deadline = time.monotonic() + 30
-        while not kubeconfig.exists():
-            procs.check_alive()
-            assert time.monotonic() < deadline, procs.logs()
-            time.sleep(0.05)
+        wait_until(
+            kubeconfig.exists,
+            within=30,
+            what="the API simulator's kubeconfig",
+            give_up=apisim.exited,
+            details=procs.log_tails,
+        )
         procs.start(
             "controller",
-            topology.router,
             [
                 *kit.manifest_argv(
-                    kit.one(kit.rendered(), "Deployment"), POD_IP="127.0.0.1", config=str(config)
+                    kit.one(kit.rendered(), "Deployment"),
+                    POD_IP="127.0.0.1",
+                    config=str(config),
                 ),
                 f"--kubeconfig={kubeconfig}",
             ],
+            spawner=topology.router,
         )
         nodes = {i: str(topology.node_address(i)) for i in (1, 2)}
         for i, address in nodes.items():
             procs.start(
                 f"speaker{i}",
-                topology.nodes[i - 1],
                 [
                     *kit.manifest_argv(
                         kit.one(kit.rendered(), "DaemonSet"), POD_IP=address, config=str(config)
@@ -181,12 +123,13 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
                     f"--node-name=node{i}",
                     f"--work-dir={tmp_path / f'run{i}'}",
                 ],
+                spawner=topology.nodes[i - 1],
             )
 
         try:
             router.wait_fib(f"{ip}/32", set(nodes.values()), timeout=60)
         except Exception:
-            sys.stderr.write(procs.logs() + "\n" + router.log_tail())
+            sys.stderr.write(router.log_tail())  # the processes' logs: ProcessGroup's exit
             raise
         procs.check_alive()
 
@@ -208,6 +151,3 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path, procs: Procs)
         )
         assert explain.returncode == 0, explain.stderr
         assert re.search(rf"default/web\s+{re.escape(ip)}/32\s+tor", explain.stdout), explain.stdout
-    finally:
-        procs.stop()
-        router.close()

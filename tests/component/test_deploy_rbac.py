@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +26,8 @@ import deploy_kit as kit
 import pytest
 
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
+from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.waiting import wait_until
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -294,39 +295,26 @@ spec:
 
 
 def lb_service(name: str, ips: tuple[str, ...] = ()) -> dict[str, Any]:
-    obj: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "type": "LoadBalancer",
-            "externalTrafficPolicy": "Cluster",
-            "ports": [{"port": 80, "protocol": "TCP"}],
-            "selector": {"app": name},
-        },
-    }
-    if ips:
-        obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ips]}}
-    return obj
+    return manifests.service(
+        name, policy="Cluster", protocol="TCP", selector={"app": name}, ips=ips
+    )
 
 
 def seed(sim: ApiSimulatorThread) -> None:
     for ns in ("default", NAMESPACE):
-        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        sim.store.apply(manifests.namespace(ns))
 
 
-def wait_until(
+def wait_on_process(
     predicate: Callable[[], bool], what: str, proc: subprocess.Popen[bytes], log: Path
 ) -> None:
-    deadline = time.monotonic() + 30
-    while not predicate():
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"process exited ({proc.returncode}) before {what}:\n{log.read_text()}"
-            )
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()}")
-        time.sleep(0.05)
+    """Wait for the process under test (log in `log`) to show `what`; give up if it exits."""
+
+    def exited() -> str | None:
+        code = proc.poll()
+        return None if code is None else f"the process exited ({code})"
+
+    wait_until(predicate, within=30, what=what, poll=0.05, give_up=exited, details=log.read_text)
 
 
 @pytest.fixture
@@ -385,29 +373,29 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
             except OSError:
                 return False
 
-        wait_until(healthy, "the controller's /healthz", proc, log)
+        wait_on_process(healthy, "the controller's /healthz", proc, log)
 
         # Allocation: status subresource, pool annotation, an IPAllocated Event.
         def assigned() -> bool:
             svc = sim.store.get("services", "web", "default")
             return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
 
-        wait_until(assigned, "an IP for default/web", proc, log)
-        wait_until(lambda: bool(requests(sim, "POST", "/events")), "an Event", proc, log)
+        wait_on_process(assigned, "an IP for default/web", proc, log)
+        wait_on_process(lambda: bool(requests(sim, "POST", "/events")), "an Event", proc, log)
         # Clearing the status makes it assign the same IP again: the identical
         # IPAllocated Event is folded into the first one (PATCH).
         svc = sim.store.get("services", "web", "default")
         assert svc is not None
         svc["status"] = {"loadBalancer": {}}
         sim.store.update_status(svc)
-        wait_until(
+        wait_on_process(
             lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
             "an aggregated Event",
             proc,
             log,
         )
         # A renewal (PUT) happens every retry period.
-        wait_until(
+        wait_on_process(
             lambda: bool(requests(sim, "PUT", "/leases/kube-bgpd-controller")),
             "a Lease renewal",
             proc,
@@ -419,33 +407,15 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
 
 
 def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {
-            "name": f"{service}-a",
-            "namespace": "default",
-            "labels": {"kubernetes.io/service-name": service},
-        },
-        "addressType": "IPv4",
-        "endpoints": [
-            {"addresses": ["10.0.0.1"], "nodeName": node, "conditions": {"ready": ready}}
-        ],
-    }
+    endpoint = manifests.endpoint("10.0.0.1", node, ready=ready)
+    return manifests.endpoint_slice(f"{service}-a", service, [endpoint])
 
 
 def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-    sim.store.create(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": "node1"},
-            "status": {"addresses": [{"type": "InternalIP", "address": "127.0.0.1"}]},
-        }
-    )
+    sim.store.create(manifests.node("node1", addresses=["127.0.0.1"]))
     sim.store.create(
         {
             "apiVersion": "v1",
@@ -474,13 +444,13 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
 
     try:
         # Starts announcing: nodeAssigned.
-        wait_until(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
+        wait_on_process(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
         # Stops (endpoint not ready) and starts again: the second, identical
         # nodeAssigned is folded into the first (PATCH).
         sim.store.apply(endpoint_slice("web", "node1", ready=False))
-        wait_until(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
+        wait_on_process(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
         sim.store.apply(endpoint_slice("web", "node1", ready=True))
-        wait_until(
+        wait_on_process(
             lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
             "an aggregated Event",
             proc,

@@ -23,13 +23,13 @@ from k8s_kit import (
     node,
     running,
     simulator,
-    wait_until,
 )
 
 from bgpd.model import Node, Service
 from k8s_watcher.client import KubeClient, load_configuration
 from k8s_watcher.informer import NODES, SERVICES, Informer, InformerTiming
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -88,7 +88,7 @@ async def watching(env: Env) -> AsyncIterator[tuple[Informer[Service], Recorder]
     sim, client = env
     informer, rec = service_informer(client)
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
+        await wait_until_async(lambda: informer.has_synced, what="first list")
         await sim.wait_for_watches(1)
         yield informer, rec
 
@@ -100,7 +100,7 @@ async def test_list_then_watch_sees_adds_updates_deletes(env: Env) -> None:
     informer, rec = service_informer(client)
     assert not informer.has_synced
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
+        await wait_until_async(lambda: informer.has_synced, what="first list")
         assert sorted(informer.cache) == [f"default/svc{i}" for i in range(5)]
         assert len(list_queries(sim, "services")) == 3, "paged with limit/continue"
         await sim.wait_for_watches(1)
@@ -110,7 +110,7 @@ async def test_list_then_watch_sees_adds_updates_deletes(env: Env) -> None:
             "services", "svc0", {"spec": {"externalTrafficPolicy": "Local"}}, namespace="default"
         )
         sim.store.delete("services", "svc1", "default")
-        await wait_until(lambda: len(rec.events) >= mark + 3, what="three watch events")
+        await wait_until_async(lambda: len(rec.events) >= mark + 3, what="three watch events")
         assert rec.since(mark) == [
             ("ADDED", "default/new"),
             ("MODIFIED", "default/svc0"),
@@ -129,21 +129,21 @@ async def test_bookmarks_advance_the_resource_version(env: Env) -> None:
     sim.store.create(lb_service("a"))
     informer, _ = service_informer(client)
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
+        await wait_until_async(lambda: informer.has_synced, what="first list")
         listed_rv = int(informer.resource_version or 0)
         for i in range(3):
             sim.store.create(node(f"n{i}"))
         target = str(sim.store.resource_version)
         assert int(target) > listed_rv
-        await wait_until(lambda: informer.resource_version == target, what="bookmark RV")
+        await wait_until_async(lambda: informer.resource_version == target, what="bookmark RV")
         assert informer.stats.bookmarks >= 1
         assert informer.stats.events == 0, "no Service changed"
         sim.compact()
         sim.cut_watches()
-        await wait_until(lambda: informer.stats.watches == 2, what="resumed watch")
+        await wait_until_async(lambda: informer.stats.watches == 2, what="resumed watch")
         # The simulator logs a watch when it ends: cut the resumed one to read its query.
         sim.cut_watches()
-        await wait_until(lambda: len(watch_queries(sim, "services")) == 2, what="log")
+        await wait_until_async(lambda: len(watch_queries(sim, "services")) == 2, what="log")
         resume = watch_queries(sim, "services")[-1]
         assert resume["resourceVersion"] == [target]
         assert resume["allowWatchBookmarks"] == ["true"]
@@ -161,16 +161,18 @@ async def test_abrupt_disconnect_resumes_from_last_rv(env: Env) -> None:
         # Cut and write in one step: the write happens while no watch is open.
         assert sim.cut_watches() == 1
         sim.store.create(lb_service("during-cut"))
-        await wait_until(lambda: "default/during-cut" in informer.cache, what="replayed event")
+        await wait_until_async(
+            lambda: "default/during-cut" in informer.cache, what="replayed event"
+        )
         assert rec.since(mark) == [("ADDED", "default/during-cut")]
-        await wait_until(lambda: informer.stats.watches == 2, what="resumed watch")
+        await wait_until_async(lambda: informer.stats.watches == 2, what="resumed watch")
         # The simulator logs a watch when it ends: cut the resumed one to read its query.
         sim.cut_watches()
-        await wait_until(lambda: len(watch_queries(sim, "services")) == 2, what="log")
+        await wait_until_async(lambda: len(watch_queries(sim, "services")) == 2, what="log")
         assert watch_queries(sim, "services")[-1]["resourceVersion"] == [last_rv]
         assert informer.stats.errors == 2
         assert "stream broken" in informer.stats.last_error
-        await wait_until(lambda: informer.connected, what="reconnected")
+        await wait_until_async(lambda: informer.connected, what="reconnected")
     assert informer.stats.lists == 1, "a cut is resumed, not re-listed"
 
 
@@ -180,7 +182,7 @@ async def test_410_relists_and_emits_only_real_differences(env: Env) -> None:
         sim.store.create(lb_service(name))
     informer, rec = service_informer(client)
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
+        await wait_until_async(lambda: informer.has_synced, what="first list")
         await sim.wait_for_watches(1)
         mark = len(rec.events)
         sim.cut_watches()
@@ -190,7 +192,7 @@ async def test_410_relists_and_emits_only_real_differences(env: Env) -> None:
         )
         sim.store.create(lb_service("born"))
         sim.compact()  # the events above are no longer replayable: 410 on resume
-        await wait_until(lambda: informer.stats.lists == 2, what="re-list after 410")
+        await wait_until_async(lambda: informer.stats.lists == 2, what="re-list after 410")
         assert informer.stats.relists_expired == 1
         assert sorted(rec.since(mark)) == [
             ("ADDED", "default/born"),
@@ -215,9 +217,9 @@ async def test_server_errors_back_off_keep_cache_and_flag_stale(
         sim.cut_watches()
         sim.store.create(lb_service("b"))
         # While the errors last, the cache is the last known state (never emptied).
-        await wait_until(lambda: not informer.connected, what="disconnected")
+        await wait_until_async(lambda: not informer.connected, what="disconnected")
         assert "default/a" in informer.cache
-        await wait_until(lambda: "default/b" in informer.cache, what="recovered")
+        await wait_until_async(lambda: "default/b" in informer.cache, what="recovered")
         assert informer.connected
         assert informer.stats.errors == count + 1  # the cut plus each failed request
         assert f"HTTP {code}" in informer.stats.last_error or code == 0
@@ -233,7 +235,7 @@ async def test_429_honours_retry_after(env: Env) -> None:
     informer, _ = service_informer(client)
     start = time.monotonic()
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="list after 429")
+        await wait_until_async(lambda: informer.has_synced, what="list after 429")
     took = time.monotonic() - start
     assert took >= 0.95
     assert informer.stats.errors == 1
@@ -251,7 +253,7 @@ async def test_back_off_grows_between_failures(env: Env) -> None:
     sim.fail_next(4, 500)
     start = time.monotonic()
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="list after 4 failures")
+        await wait_until_async(lambda: informer.has_synced, what="list after 4 failures")
     took = time.monotonic() - start
     # Delays are uniform in [c/2, c] for c = 0.1, 0.2, 0.4, 0.8: at least 0.75 s in all.
     assert took >= 0.75
@@ -264,7 +266,7 @@ async def test_node_heartbeats_are_dropped(env: Env) -> None:
     rec = Recorder()
     informer: Informer[Node] = Informer(client, NODES, rec, timing=FAST)
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.has_synced, what="first list")
+        await wait_until_async(lambda: informer.has_synced, what="first list")
         await sim.wait_for_watches(1)
         mark = len(rec.events)
         for beat in ("2026-01-01T00:00:10Z", "2026-01-01T00:00:20Z"):
@@ -272,10 +274,10 @@ async def test_node_heartbeats_are_dropped(env: Env) -> None:
             assert obj is not None
             obj["status"]["conditions"][0]["lastHeartbeatTime"] = beat
             sim.store.update_status(obj)
-        await wait_until(lambda: informer.stats.dropped_unchanged == 2, what="heartbeats")
+        await wait_until_async(lambda: informer.stats.dropped_unchanged == 2, what="heartbeats")
         assert rec.since(mark) == []
         sim.store.patch("nodes", "n1", {"metadata": {"labels": {"zone": "b"}}})
-        await wait_until(lambda: len(rec.events) > mark, what="label change")
+        await wait_until_async(lambda: len(rec.events) > mark, what="label change")
         assert rec.since(mark) == [("MODIFIED", "n1")]
 
 
@@ -285,7 +287,7 @@ async def test_periodic_resync_relists_without_churn(env: Env) -> None:
     timing = InformerTiming(watch_timeout=5, resync_period=0.3, backoff_initial=0.05)
     informer, rec = service_informer(client, timing)
     async with running(informer.run(), "informer"):
-        await wait_until(lambda: informer.stats.resyncs >= 2, what="two resyncs")
+        await wait_until_async(lambda: informer.stats.resyncs >= 2, what="two resyncs")
     assert rec.events == [("ADDED", "default/a")]
     assert informer.stats.errors == 0
 
@@ -334,13 +336,13 @@ async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
         async with PagingHook(configuration, hook) as client:
             informer = Informer(client, SERVICES, rec, timing=FAST)
             async with running(informer.run(), "informer"):
-                await wait_until(lambda: informer.has_synced, what="first list")
+                await wait_until_async(lambda: informer.has_synced, what="first list")
                 await sim.wait_for_watches(1)
                 mark = len(rec.events)
                 sim.cut_watches()
                 sim.store.delete("services", "svc0", "default")
                 sim.compact()
-                await wait_until(lambda: informer.stats.lists == 2, what="completed re-list")
+                await wait_until_async(lambda: informer.stats.lists == 2, what="completed re-list")
                 # 3 pages, then 1 page + a 410, then (like client-go) one unpaged list.
                 assert client.pages == 3 + 1 + 1, "the interrupted list was started over"
                 assert informer.stats.lists == 2
@@ -358,12 +360,12 @@ async def test_bearer_token_from_kubeconfig(tmp_path: Path) -> None:
         async with client_for(kubeconfig) as client:
             informer, _ = service_informer(client)
             async with running(informer.run(), "informer"):
-                await wait_until(lambda: informer.has_synced, what="list with token")
+                await wait_until_async(lambda: informer.has_synced, what="list with token")
         wrong = tmp_path / "wrong"
         wrong.write_text(kubeconfig.read_text().replace("s3cret", "nope"))
         async with client_for(wrong) as client:
             informer, _ = service_informer(client)
             async with running(informer.run(), "informer"):
-                await wait_until(lambda: informer.stats.errors >= 2, what="401s")
+                await wait_until_async(lambda: informer.stats.errors >= 2, what="401s")
                 assert not informer.has_synced
     assert "HTTP 401" in informer.stats.last_error

@@ -25,7 +25,6 @@ from k8s_kit import (
     node,
     running,
     simulator,
-    wait_until,
 )
 
 from bgpd.config import load_config_or_raise
@@ -44,6 +43,7 @@ from k8s_watcher.cache import KubernetesSource, SpeakerSource
 from k8s_watcher.client import KubeClient
 from k8s_watcher.writer import EventRecorder, EventType, ObjectRef
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
@@ -205,7 +205,7 @@ async def test_bursts_are_coalesced_into_one_wake_up(env: Env) -> None:
     async with synced_source(env) as source:
         for i in range(50):
             sim.store.create(lb_service(f"burst{i}"))
-        await wait_until(lambda: len(source.services.cache) == 53, what="burst seen")
+        await wait_until_async(lambda: len(source.services.cache) == 53, what="burst seen")
         await next_change(source)
         assert await no_change(source, 0.3), "one wake-up for the whole burst"
         assert len(source.snapshot().services) == 53
@@ -241,7 +241,7 @@ async def test_disruptions_never_lose_objects(env: Env, disruption: str) -> None
             samples.append(content(source.snapshot()))
             await asyncio.sleep(0.005)
             assert len(samples) < 2000, "never recovered"
-        await wait_until(lambda: sim.active_watches >= 3, what="watches back")
+        await wait_until_async(lambda: sim.active_watches >= 3, what="watches back")
         samples.append(content(source.snapshot()))
 
     for sample in samples:
@@ -255,7 +255,7 @@ async def test_disruptions_never_lose_objects(env: Env, disruption: str) -> None
 async def test_reload_relists_without_waking(env: Env) -> None:
     async with synced_source(env) as source:
         source.reload()
-        await wait_until(
+        await wait_until_async(
             lambda: all(i.stats.lists == 2 for i in source.group.informers), what="re-lists"
         )
         assert await no_change(source, 0.3)

@@ -23,9 +23,10 @@ from typing import Any
 import aiohttp
 import pytest
 import yaml
-from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator, wait_until
+from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -151,8 +152,10 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
         port = free_port()
         async with speaker(tmp_path, kubeconfig, port) as proc:
             # The in-process controller allocates; the speaker's decision follows.
-            await wait_until(lambda: ingress(sim, "web") == ["10.99.5.0"], within=30, what="IP")
-            await wait_until(
+            await wait_until_async(
+                lambda: ingress(sim, "web") == ["10.99.5.0"], within=30, what="IP"
+            )
+            await wait_until_async(
                 lambda: [r for r, _ in speaker_events(sim, "web")] == ["nodeAssigned"],
                 within=30,
                 what="nodeAssigned Event",
@@ -178,7 +181,7 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
                 },
                 namespace="default",
             )
-            await wait_until(
+            await wait_until_async(
                 lambda: len(speaker_events(sim, "web")) == 2, within=30, what="second Event"
             )
             reason, message = speaker_events(sim, "web")[1]
@@ -199,11 +202,11 @@ async def test_speaker_with_controller_from_the_api(tmp_path: Path) -> None:
 
             drain = {"metadata": {"annotations": {"kube-bgpd.io/drain": "true"}}}
             sim.store.patch("nodes", "n1", drain)
-            await wait_until(
+            await wait_until_async(
                 mode_is("draining", "annotation"), within=30, what="drain from the annotation"
             )
             sim.store.patch("nodes", "n1", {"metadata": {"annotations": None}})
-            await wait_until(mode_is("normal", None), within=30, what="annotation removed")
+            await wait_until_async(mode_is("normal", None), within=30, what="annotation removed")
 
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0

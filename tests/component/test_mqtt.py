@@ -31,6 +31,7 @@ from bgpd.model import (
     SessionState,
 )
 from bgpd.mqtt import MQTTPublisher
+from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -168,20 +169,13 @@ PEER = "kube-bgpd/node-a/peers/router-1"
 STATUS = "kube-bgpd/node-a/status"
 
 
-async def _wait(cond: Callable[[], bool], within: float = 20) -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
-
-
 async def test_events_arrive_live_and_the_retained_state_is_the_current_state(
     broker: Broker,
 ) -> None:
     broker.start()
     pub = _publisher(broker.port)
     async with running(pub):
-        await _wait(lambda: pub.settled)
+        await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
         async with asyncio.TaskGroup() as tg:
             live = tg.create_task(
                 _collect(broker.port, lambda g: sum(1 for t, _, _ in g if t == ROUTE2) >= 3)
@@ -241,7 +235,7 @@ async def test_absent_broker_then_started_gets_the_current_state(broker: Broker)
         assert not pub.connected
         assert not task.done()
         broker.start()
-        await _wait(lambda: pub.settled)
+        await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
         late = _retained(await _collect(broker.port, lambda g: len(g) >= 3))
         assert set(late) == {STATUS, PEER, ROUTE1}
 
@@ -259,11 +253,11 @@ async def test_broker_killed_mid_stream_never_blocks_and_reconnect_republishes(
         enqueue_times.append(time.perf_counter() - t0)
 
     async with running(pub) as task:
-        await _wait(lambda: pub.connected)
+        await wait_until_async(lambda: pub.connected, within=20, poll=0.02, what="connected")
         publish(_peer(SessionState.UP))
         for i in range(1, 51):
             publish(_announce(f"10.99.101.{i}/32"))
-        await _wait(lambda: pub.settled)
+        await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
 
         broker.kill()
         # While the broker is gone: the session flaps, routes come and go.
@@ -273,12 +267,12 @@ async def test_broker_killed_mid_stream_never_blocks_and_reconnect_republishes(
             await asyncio.sleep(0.005)
         publish(_peer(SessionState.UP, at=6.0))
         publish(_announce("10.99.100.9/32"))
-        await _wait(lambda: not pub.connected)
+        await wait_until_async(lambda: not pub.connected, within=20, poll=0.02)
         assert not task.done(), "no exception may escape the publisher"
 
         # A new, empty broker on the same port: the publisher republishes its state.
         broker.start()
-        await _wait(lambda: pub.settled and pub.connects == 2)
+        await wait_until_async(lambda: pub.settled and pub.connects == 2, within=20, poll=0.02)
         late = _retained(await _collect(broker.port, lambda g: len(g) >= 28))
 
     expected_routes = {f"kube-bgpd/node-a/routes/10.99.101.{i}_32" for i in range(26, 51)}
@@ -323,7 +317,8 @@ async def test_a_broker_that_never_answers_delays_nothing() -> None:
                 worst = max(worst, time.perf_counter() - t0)
                 if i % 500 == 0:
                     await asyncio.sleep(0.1)  # let the publisher try (and time out)
-            await _wait(lambda: len(accepted) >= 2)  # it gave up on one try and retried
+            # It gave up on one try and retried.
+            await wait_until_async(lambda: len(accepted) >= 2, within=20, poll=0.02)
             assert not task.done()
             assert not pub.connected
             assert pub.queued == 100
@@ -346,7 +341,7 @@ async def test_full_queue_drops_oldest_counts_it_and_still_converges(broker: Bro
         assert pub.dropped == 180
         assert pub.queued == 10
         broker.start()
-        await _wait(lambda: pub.settled)
+        await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
         late = _retained(await _collect(broker.port, lambda g: len(g) >= 11))
     assert {t for t in late if "/routes/" in t} == {
         f"kube-bgpd/node-a/routes/10.99.102.{i}_32" for i in range(91, 101)
@@ -363,13 +358,13 @@ async def test_restarted_speaker_clears_what_its_previous_run_left_retained(
         first.publish(PeerEvent(NODE, PeerName("router-2"), SessionState.UP, "", 1.0))
         first.publish(_announce("10.99.100.1/32"))
         first.publish(_announce("10.99.100.2/32"))
-        await _wait(lambda: first.settled)
+        await wait_until_async(lambda: first.settled, within=20, poll=0.02)
     # The next run (same node) only announces .1 and only has router-1 configured.
     second = _publisher(broker.port)
     second.publish(_peer(SessionState.UP, at=9.0))
     second.publish(_announce("10.99.100.1/32", at=9.0))
     async with running(second):
-        await _wait(lambda: second.settled)
+        await wait_until_async(lambda: second.settled, within=20, poll=0.02)
         late = _retained(await _collect(broker.port, lambda g: len(g) >= 3))
     assert set(late) == {STATUS, PEER, ROUTE1}
     assert late[ROUTE1]["at"] == 9.0  # type: ignore[index]

@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import pytest
 from k8s_kit import endpoint_slice, lb_service
 from k8s_kit import node as node_object
 
+from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.netns import Netns
 from kbgpd_lab.lab.routers import Router
 from kbgpd_lab.lab.speakerfiles import cluster_list, one_peer_config
@@ -93,16 +93,6 @@ def _samples(text: str) -> dict[str, float]:
     return out
 
 
-def _wait(cond: Callable[[], Any], what: str, timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.fixture
 def broker(topology: Topology, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     conf = tmp_path / "mosquitto.conf"
@@ -154,7 +144,12 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
             ok = s.get('kube_bgpd_bgp_session_up{peer="tor"}') == 1.0 and s.get(web) == 1.0
             return s if ok and s.get('kube_bgpd_convergence_seconds_count{phase="total"}') else None
 
-        samples = _wait(scraped, "session up, web announced and one convergence in /metrics")
+        samples = wait_until(
+            scraped,
+            within=30,
+            poll=0.2,
+            what="session up, web announced and one convergence in /metrics",
+        )
         text = _scrape(node).stdout
         lint = subprocess.run(
             [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
@@ -168,9 +163,11 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert samples["kube_bgpd_mqtt_connected"] == 1.0
         assert _scrape(node, "/readyz").returncode == 0
 
-        retained = _wait(
+        retained = wait_until(
             lambda: (r := _retained(node)) and len([t for t in r if "/routes/" in t]) == 2 and r,
-            "two retained routes",
+            within=30,
+            poll=0.2,
+            what="two retained routes",
         )
         assert json.loads(retained["kube-bgpd/node1/peers/tor"])["state"] == "up"
         route = json.loads(retained["kube-bgpd/node1/routes/10.99.100.5_32"])
@@ -188,12 +185,24 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         before = _samples(_scrape(node).stdout)[total]
         dump.write_text(_dump({"web": "10.99.100.5"}))
         bird.wait_rib(lambda r: ipaddress.ip_network("10.99.100.6/32") not in r, 30)
-        _wait(lambda: 'service="shop/api"' not in _scrape(node).stdout, "api series gone")
+        wait_until(
+            lambda: 'service="shop/api"' not in _scrape(node).stdout,
+            within=30,
+            poll=0.2,
+            what="api series gone",
+        )
         # The withdrawal was timed end to end: one more "total" observation.
-        _wait(lambda: _samples(_scrape(node).stdout)[total] > before, "withdraw convergence")
-        _wait(
+        wait_until(
+            lambda: _samples(_scrape(node).stdout)[total] > before,
+            within=30,
+            poll=0.2,
+            what="withdraw convergence",
+        )
+        wait_until(
             lambda: "kube-bgpd/node1/routes/10.99.100.6_32" not in _retained(node),
-            "api's retained route cleared",
+            within=30,
+            poll=0.2,
+            what="api's retained route cleared",
         )
 
         proc.send_signal(signal.SIGTERM)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.apicluster import ApiClient, ApiError
 from kbgpd_lab.lab.client import Result
 from kbgpd_lab.lab.lab import Lab, LabService
@@ -102,13 +103,6 @@ def nodes(
     return {lab.topology.node_address(n, family) for n in numbers}
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timeout after {timeout} s waiting for {what}"
-        time.sleep(0.02)
-
-
 @pytest.mark.parametrize(
     ("router", "cluster"),
     [
@@ -190,7 +184,7 @@ def restart_speaker_retaining(lab: Lab, i: int) -> None:
 
     assert lab.stop_speaker(i, signal.SIGTERM) == 0
     # The sessions really closed, and the router holds the routes for the restart.
-    wait_until(sessions_down, 5, f"node{i}'s sessions down")
+    wait_until(sessions_down, within=5, what=f"node{i}'s sessions down", poll=0.02)
     assert peers <= lab.router.restarting_peers()
     lab.start_speaker(i)
     lab.wait_speaker_refreshed(i)

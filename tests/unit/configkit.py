@@ -1,15 +1,22 @@
 """Builders for config documents in the unit tests: a valid object by default, with the
-spec fields a case changes (DROP removes a field)."""
+spec fields a case changes (DROP removes a field). The document envelope is the kit's
+(:func:`kbgpd_lab.kit.manifests.config_object`); this module adds the defaults and DROP."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from bgpd.config import LoadResult, parse_documents
+from kbgpd_lab.kit.manifests import (
+    KUBE_BGPD_V1ALPHA1,
+    METALLB_V1BETA1,
+    METALLB_V1BETA2,
+    config_object,
+)
 
-V1B1 = "metallb.io/v1beta1"
-V1B2 = "metallb.io/v1beta2"
-OURS = "kube-bgpd.io/v1alpha1"
+V1B1 = METALLB_V1BETA1
+V1B2 = METALLB_V1BETA2
+OURS = KUBE_BGPD_V1ALPHA1
 DROP: Any = object()
 
 
@@ -17,12 +24,7 @@ def _obj(
     api: str, kind: str, name: str, base: dict[str, Any], spec: dict[str, Any]
 ) -> dict[str, Any]:
     merged = {**base, **spec}
-    return {
-        "apiVersion": api,
-        "kind": kind,
-        "metadata": {"name": name},
-        "spec": {k: v for k, v in merged.items() if v is not DROP},
-    }
+    return config_object(api, kind, name, {k: v for k, v in merged.items() if v is not DROP})
 
 
 def pool(name: str = "pool-a", **spec: Any) -> dict[str, Any]:

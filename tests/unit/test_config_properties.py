@@ -89,8 +89,12 @@ def assert_answers(result: LoadResult) -> None:
     assert isinstance(result, LoadResult)
     assert (result.config is None) == bool(result.errors)
     for issue in (*result.errors, *result.warnings):
-        assert isinstance(str(issue), str)
-        assert "\n" not in str(issue)
+        text = str(issue)
+        # The text says what is wrong and, for an issue in a document, where (the file).
+        assert issue.message
+        assert issue.message in text
+        assert not issue.source or text.startswith(f"{issue.source}: "), text
+        assert "\n" not in text
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -23,6 +23,7 @@ from bgpd.objects import (
     secret_password,
     service_from_api,
 )
+from kbgpd_lab.kit import manifests
 
 
 def api_service(**spec: Any) -> dict[str, Any]:
@@ -51,14 +52,10 @@ def api_node(name: str = "n1", conditions: list[dict[str, Any]] | None = None) -
 def api_slice(
     name: str, service: str | None, endpoints: list[dict[str, Any]], namespace: str = "shop"
 ) -> dict[str, Any]:
-    labels = {} if service is None else {"kubernetes.io/service-name": service}
-    return {
-        "apiVersion": "discovery.k8s.io/v1",
-        "kind": "EndpointSlice",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-    }
+    """A slice around literal ``endpoints``: the cases here are about endpoint shapes the
+    kit's :func:`~kbgpd_lab.kit.manifests.endpoint` would not write (no conditions, a
+    non-bool condition)."""
+    return manifests.endpoint_slice(name, service, endpoints, namespace)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,45 @@
+"""Figures for the benchmarks: percentiles, the prefixes they announce, process memory.
+
+Role: what more than one benchmark needs to count or to number its routes, in one place
+(benchmarks do not import each other).
+
+What it must not do: start processes or time anything itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``: the value at that rank, no interpolation."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def prefixes(n: int, base: int = 0) -> list[str]:
+    """``n`` distinct /32s in 10.99/16 from number ``base`` on (250 a /24)."""
+    return [f"10.99.{(base + i) // 250}.{(base + i) % 250 + 1}/32" for i in range(n)]
+
+
+def address(i: int) -> str:
+    """The address of :func:`prefixes` number ``i``."""
+    return prefixes(1, base=i)[0].split("/")[0]
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of one process in KiB (/proc/PID/status), 0 if unknown."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children_rss_kb(pid: int) -> int:
+    """Resident memory of a process' direct children in KiB (ExaBGP's helper)."""
+    kids = [
+        int(c)
+        for t in Path(f"/proc/{pid}/task").iterdir()
+        for c in (t / "children").read_text().split()
+    ]
+    return sum(rss_kb(c) for c in kids)
