@@ -28,8 +28,9 @@ Public API (the Kubernetes watcher implements SnapshotSource against it):
   ``apply_changes(desired, changed)`` (``ChangeSink``): only the prefixes in ``changed``
   (per peer) may differ from the previous apply; ``desired`` is read, never kept.
 * ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0,
-  before_apply=None, on_reconciled=None)``; ``await run()``; ``kick()`` (decide again,
-  e.g. after a config reload); ``set_config(config)``; ``reconcile_once(first_change)``;
+  before_apply=None, on_reconciled=None, kernel_choices=None)``; ``await run()``;
+  ``kick()`` (decide again, e.g. after a config reload); ``set_config(config)``;
+  ``reconcile_once(first_change)``;
   read-only ``last_decision``, ``last_snapshot``, ``last_latency`` (seconds from the
   first change to apply), ``last_duration`` (seconds the pass took), ``last_changes``
   (peer -> prefixes whose route changed in the last pass, None: unknown, maybe all),
@@ -56,11 +57,13 @@ from bgpd.model import (
     Config,
     Decision,
     DesiredRoutes,
+    IPAddress,
     IPNetwork,
     NodeName,
     PeerName,
     ServiceKey,
 )
+from bgpd.peers import NO_KERNEL_CHOICES
 
 _logger = logging.getLogger("bgpd.reconciler")
 
@@ -117,8 +120,13 @@ class Reconciler:
         debounce: float = 0.0,
         before_apply: Callable[[Config, ClusterSnapshot, Decision], None] | None = None,
         on_reconciled: Callable[[Decision, float], None] | None = None,
+        kernel_choices: Callable[[Config], Mapping[PeerName, IPAddress | None]] | None = None,
     ) -> None:
         self.config = config
+        #: Asked once per pass: the source address the kernel picks to reach each peer
+        #: (decide() routes only to peers with a local address, bgpd.peers). None: no
+        #: kernel at hand, the rule uses sourceAddress and the Node's InternalIP.
+        self.kernel_choices = kernel_choices
         self.node = node
         self.source = source
         self.sink = sink
@@ -181,7 +189,12 @@ class Reconciler:
         else:
             snapshot = self.source.snapshot()
         self._decider_current = False
-        decision = decider.decide(self.config, snapshot, self.node, changed=changed)
+        kernel = (
+            NO_KERNEL_CHOICES if self.kernel_choices is None else self.kernel_choices(self.config)
+        )
+        decision = decider.decide(
+            self.config, snapshot, self.node, changed=changed, kernel_choices=kernel
+        )
         self._decider_current = self._changes_of is not None
         sink_current, self._sink_current = self._sink_current, False
         self.last_changes = decider.last_changes

@@ -238,6 +238,8 @@ class Speaker:
             listen=sc.listen,
         )
         self.driver = self.runtime.driver
+        #: The last kernel_choices() answer, which render_now() reuses.
+        self._kernel: Mapping[PeerName, IPAddress | None] | None = None
         self.reconciler = Reconciler(
             config=config,
             node=node,
@@ -246,6 +248,7 @@ class Speaker:
             debounce=sc.debounce,
             before_apply=self._before_apply,
             on_reconciled=self._on_reconciled,
+            kernel_choices=self.kernel_choices,
         )
         self.status_server = StatusServer(status_address, self)
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
@@ -277,9 +280,15 @@ class Speaker:
 
     # ------------------------------------------------------------------ rendering
 
+    def kernel_choices(self, config: Config) -> Mapping[PeerName, IPAddress | None]:
+        """The kernel's source address per peer, asked once per reconciler pass so that
+        decide() and the rendering of the same pass see the same answer."""
+        self._kernel = {p.name: kernel_choice(p.peer_address) for p in config.peers}
+        return self._kernel
+
     def render_now(self, snapshot: ClusterSnapshot) -> Rendering:
         node = snapshot.nodes.get(self.node)
-        kernel = {p.name: kernel_choice(p.peer_address) for p in self.config.peers}
+        kernel = self._kernel if self._kernel is not None else self.kernel_choices(self.config)
         secrets_of = getattr(self.source, "secret_passwords", None)
         secrets: Mapping[PeerName, str] = secrets_of() if callable(secrets_of) else {}
         return render(
