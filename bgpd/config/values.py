@@ -12,7 +12,7 @@ from fractions import Fraction
 from typing import Final
 
 from bgpd.attributes import check_command_text
-from bgpd.config.fields import DNS_LABEL, DNS_SUBDOMAIN
+from bgpd.config.fields import DNS_LABEL, DNS_SUBDOMAIN, REQUIREMENT_FIELDS, SELECTOR_FIELDS, names
 from bgpd.config.issues import _MISSING, T, _Doc
 from bgpd.model import (
     IPAddress,
@@ -325,7 +325,7 @@ def _labels(doc: _Doc, path: str, value: object) -> dict[str, str] | None:
 
 def _selector(doc: _Doc, path: str, value: object) -> LabelSelector | None:
     """metav1.LabelSelector, validated as metav1.LabelSelectorAsSelector does."""
-    f = _fields(doc, path, value, ("matchLabels", "matchExpressions"))
+    f = _fields(doc, path, value, names(SELECTOR_FIELDS))
     if f is None:
         return None
     before = doc.errors
@@ -354,7 +354,7 @@ def _selector(doc: _Doc, path: str, value: object) -> LabelSelector | None:
 
 
 def _requirement(doc: _Doc, path: str, value: object) -> SelectorRequirement | None:
-    f = _fields(doc, path, value, ("key", "operator", "values"))
+    f = _fields(doc, path, value, names(REQUIREMENT_FIELDS))
     if f is None:
         return None
     before = doc.errors
