@@ -15,7 +15,9 @@ from bgpd.exabgp.render import render
 from bgpd.explain import decision_from_json, decision_json, explain_table
 from bgpd.model import (
     BGPPeer,
+    ClusterSnapshot,
     Config,
+    DesiredRoutes,
     IPAddress,
     Node,
     NodeName,
@@ -25,6 +27,7 @@ from bgpd.model import (
     SkipReason,
 )
 from bgpd.peers import local_address, peers_for_node
+from bgpd.reconciler import Reconciler
 
 ip = ipaddress.ip_address
 
@@ -196,3 +199,54 @@ def test_decider_follows_a_change_of_kernel_choice() -> None:
     for kernel in ({}, {PeerName("v6"): ip("2001:db8:ffff::11")}, {}):
         got = decider.decide(CFG, SNAPSHOT, N1, kernel_choices=kernel)
         assert got == decide(CFG, SNAPSHOT, N1, kernel_choices=kernel)
+
+
+class _Source:
+    """A synced source that always has SNAPSHOT (reconcile_once reads nothing else)."""
+
+    synced = True
+    stale = False
+
+    def snapshot(self) -> ClusterSnapshot:
+        return SNAPSHOT
+
+    async def wait_changed(self) -> float:
+        raise AssertionError("not called by reconcile_once")
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.desired: DesiredRoutes = {}
+
+    def apply(self, desired: DesiredRoutes) -> None:
+        self.desired = desired
+
+
+@pytest.mark.parametrize(
+    ("kernel", "peers"),
+    [
+        pytest.param(None, {"v4"}, id="no-kernel-at-hand"),
+        pytest.param({PeerName("v6"): ip("2001:db8:ffff::11")}, {"v4", "v6"}, id="kernel-route"),
+    ],
+)
+def test_the_reconciler_asks_the_kernel_choices_each_pass(
+    kernel: Mapping[PeerName, IPAddress | None] | None, peers: set[str]
+) -> None:
+    asked: list[Config] = []
+
+    def kernel_choices(cfg: Config) -> Mapping[PeerName, IPAddress | None]:
+        asked.append(cfg)
+        return kernel or {}
+
+    sink = _Sink()
+    reconciler = Reconciler(
+        config=CFG,
+        node=N1,
+        source=_Source(),
+        sink=sink,
+        kernel_choices=None if kernel is None else kernel_choices,
+    )
+    reconciler.reconcile_once(0.0)
+    reconciler.reconcile_once(0.0)
+    assert set(sink.desired) == peers
+    assert len(asked) == (0 if kernel is None else 2)
