@@ -8,9 +8,9 @@ from typing import Final
 
 from bgpd.attributes import MAX_U32
 from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, bounds, field, names
-from bgpd.config.issues import _Doc
-from bgpd.config.parsed import _AdvertisementDraft
-from bgpd.config.values import _fields, _int, _selectors, _str_list
+from bgpd.config.issues import Doc
+from bgpd.config.parsed import AdvertisementDraft
+from bgpd.config.values import read_fields, read_int, read_selectors, read_text_list
 from bgpd.model import (
     BGPAdvertisement,
     PeerName,
@@ -44,24 +44,24 @@ _ADV_UNSUPPORTED: Final = {
 }
 
 
-def _parse_advertisement(doc: _Doc, spec: object, name: str) -> _AdvertisementDraft | None:
+def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft | None:
     # An advertisement with no spec is valid in MetalLB: all pools, all peers.
-    f = _fields(
+    f = read_fields(
         doc, "spec", {} if spec is None else spec, names(ADVERTISEMENT.spec), _ADV_UNSUPPORTED
     )
     if f is None:
         return None
     before = doc.errors
     pools = _opt_str_list(doc, "spec.ipAddressPools", f.get("ipAddressPools"))
-    pool_sel = _selectors(doc, "spec.ipAddressPoolSelectors", f.get("ipAddressPoolSelectors"))
+    pool_sel = read_selectors(doc, "spec.ipAddressPoolSelectors", f.get("ipAddressPoolSelectors"))
     agg4, agg6 = (_aggregation(doc, f, key) for key in ("aggregationLength", "aggregationLengthV6"))
     communities = _opt_str_list(doc, "spec.communities", f.get("communities"))
     local_pref: int | None = None
     if f.get("localPref") is not None:
         # MetalLB's localPref is a plain uint32 where 0 means "not set" (omitempty).
-        local_pref = _int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
+        local_pref = read_int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
     peers = _opt_str_list(doc, "spec.peers", f.get("peers"))
-    node_sel = _selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
+    node_sel = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
     if doc.errors != before:
         return None
     adv = BGPAdvertisement(
@@ -74,17 +74,17 @@ def _parse_advertisement(doc: _Doc, spec: object, name: str) -> _AdvertisementDr
         peers=tuple(PeerName(p) for p in peers or ()),
         node_selectors=node_sel or (),
     )
-    return _AdvertisementDraft(adv, tuple(communities or ()))
+    return AdvertisementDraft(adv, tuple(communities or ()))
 
 
-def _aggregation(doc: _Doc, f: Mapping[str, object], key: str) -> int:
+def _aggregation(doc: Doc, f: Mapping[str, object], key: str) -> int:
     """aggregationLength or aggregationLengthV6, with the table's range and default."""
     spec = field(ADVERTISEMENT.spec, key)
     default: int = spec.default
     if f.get(key) is None:
         return default
-    return _int(doc, f"spec.{key}", f[key], *bounds(spec)) or default
+    return read_int(doc, f"spec.{key}", f[key], *bounds(spec)) or default
 
 
-def _opt_str_list(doc: _Doc, path: str, value: object) -> list[str] | None:
-    return [] if value is None else _str_list(doc, path, value)
+def _opt_str_list(doc: Doc, path: str, value: object) -> list[str] | None:
+    return [] if value is None else read_text_list(doc, path, value)

@@ -5,11 +5,9 @@ from __future__ import annotations
 from typing import Final
 
 from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, bounds, names
-from bgpd.config.issues import _Doc
-from bgpd.config.values import _bool, _fields, _int
-from bgpd.model import (
-    BFDProfile,
-)
+from bgpd.config.issues import Doc
+from bgpd.config.values import read_bool, read_fields, read_int
+from bgpd.model import BFDProfile
 
 BFD_PROFILE: Final = KindTable(
     kind="BFDProfile",
@@ -29,8 +27,8 @@ BFD_PROFILE: Final = KindTable(
 )
 
 
-def _parse_bfd_profile(doc: _Doc, spec: object, name: str) -> BFDProfile | None:
-    f = _fields(doc, "spec", {} if spec is None else spec, names(BFD_PROFILE.spec))
+def parse_bfd_profile(doc: Doc, spec: object, name: str) -> BFDProfile | None:
+    f = read_fields(doc, "spec", {} if spec is None else spec, names(BFD_PROFILE.spec))
     if f is None:
         return None
     before = doc.errors
@@ -41,10 +39,12 @@ def _parse_bfd_profile(doc: _Doc, spec: object, name: str) -> BFDProfile | None:
         key = spec_field.name
         value = f.get(key)
         if spec_field.type == "integer":
-            got = None if value is None else _int(doc, f"spec.{key}", value, *bounds(spec_field))
+            got = (
+                None if value is None else read_int(doc, f"spec.{key}", value, *bounds(spec_field))
+            )
             ints[key] = got or spec_field.default
         else:
-            bools[key] = value is not None and _bool(doc, f"spec.{key}", value) is True
+            bools[key] = value is not None and read_bool(doc, f"spec.{key}", value) is True
     if doc.errors != before:
         return None
     return BFDProfile(

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from bgpd.attributes import parse_community
-from bgpd.config.issues import _Doc, _Issues
-from bgpd.config.parsed import _AdvertisementDraft, _Parsed
+from bgpd.config.issues import Doc, Issues
+from bgpd.config.parsed import AdvertisementDraft, Parsed
 from bgpd.model import (
     AddressRange,
     BGPAdvertisement,
@@ -50,7 +50,7 @@ def _may_overlap(a: tuple[LabelSelector, ...], b: tuple[LabelSelector, ...]) -> 
     return any(not disjoint(x, y) for x in left for y in right)
 
 
-def _cross_check(out: _Parsed, issues: _Issues) -> Config:
+def cross_check(out: Parsed, issues: Issues) -> Config:
     pools = [p for p, _ in out.pools]
     pool_docs = {p.name: d for p, d in out.pools}
     pool_names = out.names.get("IPAddressPool", {})
@@ -70,7 +70,7 @@ def _cross_check(out: _Parsed, issues: _Issues) -> Config:
         doc.warn("", "parsed, but no BFD session runs (ExaBGP has no BFD)")
 
     aliases: dict[str, str] = {}
-    alias_docs: dict[str, _Doc] = {}
+    alias_docs: dict[str, Doc] = {}
     for community, doc in out.communities:
         for alias, value in community.communities.items():
             if alias in aliases:
@@ -85,7 +85,7 @@ def _cross_check(out: _Parsed, issues: _Issues) -> Config:
             alias_docs[alias] = doc
 
     advertisements: list[BGPAdvertisement] = []
-    adv_docs: list[_Doc] = []
+    adv_docs: list[Doc] = []
     for draft, doc in out.advertisements:
         adv = _resolve_advertisement(doc, draft, aliases, out.alias_names)
         for i, pool_name in enumerate(adv.ip_address_pools):
@@ -132,7 +132,7 @@ def _community_key(text: str) -> tuple[int, ...]:
 
 
 def _resolve_advertisement(
-    doc: _Doc, draft: _AdvertisementDraft, aliases: Mapping[str, str], broken: set[str]
+    doc: Doc, draft: AdvertisementDraft, aliases: Mapping[str, str], broken: set[str]
 ) -> BGPAdvertisement:
     """MetalLB's getCommunityValue: an alias defined in a Community object wins; otherwise
     the text must be a community itself (we also accept the well-known names)."""
@@ -170,7 +170,7 @@ def _resolve_advertisement(
     )
 
 
-def _check_aggregation(doc: _Doc, adv: BGPAdvertisement, pool: IPAddressPool) -> None:
+def _check_aggregation(doc: Doc, adv: BGPAdvertisement, pool: IPAddressPool) -> None:
     """MetalLB's validateBGPAdvPerPool: for every address of the pool, the aggregation
     length of its family must not be shorter than the shortest prefix of the CIDRs that
     address covers (a range counts as its summarised CIDRs). An aggregate shorter than the
@@ -188,7 +188,7 @@ def _check_aggregation(doc: _Doc, adv: BGPAdvertisement, pool: IPAddressPool) ->
             )
 
 
-def _check_overlaps(out: _Parsed) -> None:
+def _check_overlaps(out: Parsed) -> None:
     """MetalLB's poolsFor: no two CIDRs (of any pools, or of one pool) may overlap; an IP
     must belong to exactly one pool."""
     seen: list[tuple[AddressRange, IPAddressPool]] = []
@@ -216,7 +216,7 @@ def _index_of(pool: IPAddressPool, r: AddressRange, fallback: int) -> int:
     return next((i for i, x in enumerate(pool.addresses) if x is r), fallback)
 
 
-def _check_duplicate_peers(out: _Parsed) -> None:
+def _check_duplicate_peers(out: Parsed) -> None:
     """Two BGPPeers with the same address and port that may apply on the same node would be
     two ExaBGP neighbors for one session (MetalLB's FRR mode refuses the same)."""
     for i, (a, doc) in enumerate(out.peers):
@@ -237,7 +237,7 @@ def _families(pool: IPAddressPool) -> set[int]:
 
 def _check_local_pref(
     advs: Sequence[BGPAdvertisement],
-    docs: Sequence[_Doc],
+    docs: Sequence[Doc],
     pools: Sequence[IPAddressPool],
 ) -> None:
     """MetalLB's BGPAdvertisementsHaveCompatibleLocalPref: two advertisements that can send
@@ -270,9 +270,9 @@ def _check_local_pref(
 
 def _warn_reach(
     advs: Sequence[BGPAdvertisement],
-    docs: Sequence[_Doc],
+    docs: Sequence[Doc],
     pools: Sequence[IPAddressPool],
-    pool_docs: Mapping[PoolName, _Doc],
+    pool_docs: Mapping[PoolName, Doc],
     peers: Sequence[BGPPeer],
     all_peers_parsed: bool,
 ) -> None:

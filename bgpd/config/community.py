@@ -6,9 +6,9 @@ from typing import Final
 
 from bgpd.attributes import parse_community
 from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, names
-from bgpd.config.issues import _Doc
-from bgpd.config.parsed import _Parsed
-from bgpd.config.values import _fields, _join, _str, _type_name
+from bgpd.config.issues import Doc
+from bgpd.config.parsed import Parsed
+from bgpd.config.values import join_path, read_fields, read_text, type_name
 from bgpd.model import (
     Community,
     frozen_map,
@@ -35,8 +35,8 @@ COMMUNITY: Final = KindTable(
 )
 
 
-def _parse_community(doc: _Doc, spec: object, name: str, out: _Parsed) -> Community | None:
-    f = _fields(doc, "spec", {} if spec is None else spec, names(COMMUNITY.spec))
+def parse_community_spec(doc: Doc, spec: object, name: str, out: Parsed) -> Community | None:
+    f = read_fields(doc, "spec", {} if spec is None else spec, names(COMMUNITY.spec))
     if f is None:
         return None
     aliases: dict[str, str] = {}
@@ -44,35 +44,35 @@ def _parse_community(doc: _Doc, spec: object, name: str, out: _Parsed) -> Commun
     if items is None:
         items = []
     if not isinstance(items, list):
-        doc.error("spec.communities", f"must be a list, not {_type_name(items)}")
+        doc.error("spec.communities", f"must be a list, not {type_name(items)}")
         return None
     before = doc.errors
     for i, item in enumerate(items):
         path = f"spec.communities[{i}]"
-        g = _fields(doc, path, item, names(ALIAS_FIELDS))
+        g = read_fields(doc, path, item, names(ALIAS_FIELDS))
         if g is None:
             continue
         alias = g.get("name")
         value = g.get("value")
         if alias in (None, ""):
-            doc.error(_join(path, "name"), "is required")
+            doc.error(join_path(path, "name"), "is required")
         if value in (None, ""):
-            doc.error(_join(path, "value"), "is required")
+            doc.error(join_path(path, "value"), "is required")
         if alias in (None, "") or value in (None, ""):
             continue
-        alias_s = _str(doc, _join(path, "name"), alias)
+        alias_s = read_text(doc, join_path(path, "name"), alias)
         if alias_s is not None:
             out.alias_names.add(alias_s)
-        value_s = _str(doc, _join(path, "value"), value)
+        value_s = read_text(doc, join_path(path, "value"), value)
         if alias_s is None or value_s is None:
             continue
         try:
             parse_community(value_s)
         except ValueError as exc:
-            doc.error(_join(path, "value"), str(exc))
+            doc.error(join_path(path, "value"), str(exc))
             continue
         if alias_s in aliases:
-            doc.error(_join(path, "name"), f"duplicate definition of community {alias_s!r}")
+            doc.error(join_path(path, "name"), f"duplicate definition of community {alias_s!r}")
             continue
         aliases[alias_s] = value_s
     if doc.errors != before:

@@ -6,24 +6,24 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
-from bgpd.config.advertisement import ADVERTISEMENT, _parse_advertisement
-from bgpd.config.bfd import BFD_PROFILE, _parse_bfd_profile
-from bgpd.config.checks import _cross_check
-from bgpd.config.community import COMMUNITY, _parse_community
+from bgpd.config.advertisement import ADVERTISEMENT, parse_advertisement
+from bgpd.config.bfd import BFD_PROFILE, parse_bfd_profile
+from bgpd.config.checks import cross_check
+from bgpd.config.community import COMMUNITY, parse_community_spec
 from bgpd.config.fields import METADATA_FIELDS, KindTable, ignored_names, names
-from bgpd.config.issues import _MISSING, ConfigIssue, LoadResult, _Doc, _Issues, _YamlFailure
-from bgpd.config.parsed import _Parsed
-from bgpd.config.peer import PEER_V1BETA1, PEER_V1BETA2, _parse_peer
-from bgpd.config.pool import POOL, _parse_pool
-from bgpd.config.speaker_config import SPEAKER, _parse_speaker
+from bgpd.config.issues import MISSING, ConfigIssue, Doc, Issues, LoadResult, YamlFailure
+from bgpd.config.parsed import Parsed
+from bgpd.config.peer import PEER_V1BETA1, PEER_V1BETA2, parse_peer
+from bgpd.config.pool import POOL, parse_pool
+from bgpd.config.speaker_config import SPEAKER, parse_speaker
 from bgpd.config.values import (
-    _DNS_LABEL_RE,
-    _LABEL_NAME,
-    _dns_subdomain,
-    _fields,
-    _labels,
-    _show,
-    _type_name,
+    DNS_LABEL_RE,
+    LABEL_NAME_RE,
+    dns_subdomain_error,
+    read_fields,
+    read_labels,
+    show,
+    type_name,
 )
 
 #: Every (apiVersion, kind) the loader reads, in the order config/schema.json lists them.
@@ -38,32 +38,32 @@ KINDS: Final[tuple[KindTable, ...]] = (
 )
 
 
-def _metadata(doc: _Doc, value: object) -> tuple[str | None, dict[str, str]]:
+def _metadata(doc: Doc, value: object) -> tuple[str | None, dict[str, str]]:
     """Read metadata; returns (name or None, labels)."""
-    f = _fields(
+    f = read_fields(
         doc, "metadata", value, names(METADATA_FIELDS), ignored=ignored_names(METADATA_FIELDS)
     )
     if f is None:
         return None, {}
     name: str | None = None
-    raw = f.get("name", _MISSING)
-    if raw is _MISSING or raw is None or raw == "":
+    raw = f.get("name", MISSING)
+    if raw is MISSING or raw is None or raw == "":
         doc.error("metadata.name", "is required")
     elif not isinstance(raw, str):
-        doc.error("metadata.name", f"must be a string, not {_type_name(raw)}")
+        doc.error("metadata.name", f"must be a string, not {type_name(raw)}")
     else:
-        why = _dns_subdomain(raw)
+        why = dns_subdomain_error(raw)
         if why is not None:
             doc.error("metadata.name", why)
         else:
             name = raw
     if "namespace" in f:
         ns = f["namespace"]
-        if not isinstance(ns, str) or len(ns) > 63 or not _DNS_LABEL_RE.fullmatch(ns):
-            doc.error("metadata.namespace", f"{_show(ns)} is not a valid namespace name")
+        if not isinstance(ns, str) or len(ns) > 63 or not DNS_LABEL_RE.fullmatch(ns):
+            doc.error("metadata.namespace", f"{show(ns)} is not a valid namespace name")
     labels: dict[str, str] = {}
     if "labels" in f and f["labels"] is not None:
-        labels = _labels(doc, "metadata.labels", f["labels"]) or {}
+        labels = read_labels(doc, "metadata.labels", f["labels"]) or {}
     if "annotations" in f and f["annotations"] is not None:
         ann = f["annotations"]
         if not isinstance(ann, Mapping) or not all(
@@ -94,8 +94,8 @@ _REFUSED_KINDS: Final[dict[str, str]] = {
 }
 
 
-def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> None:
-    if isinstance(raw, _YamlFailure):
+def _parse_document(source: str, raw: object, issues: Issues, out: Parsed) -> None:
+    if isinstance(raw, YamlFailure):
         issues.errors.append(raw.issue)
         return
     if raw is None:
@@ -105,7 +105,7 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
             ConfigIssue(
                 source,
                 "document",
-                f"must be a mapping (a Kubernetes object), not {_type_name(raw)}",
+                f"must be a mapping (a Kubernetes object), not {type_name(raw)}",
             )
         )
         return
@@ -116,13 +116,13 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
         return
     name_hint = _name_hint(raw)
     if not isinstance(kind, str) or not kind:
-        doc = _Doc(source, "", name_hint or "document", issues)
+        doc = Doc(source, "", name_hint or "document", issues)
         doc.error(
-            "kind", "is required" if kind is None else f"must be a string, not {_type_name(kind)}"
+            "kind", "is required" if kind is None else f"must be a string, not {type_name(kind)}"
         )
         return
-    safe_kind = kind if _LABEL_NAME.fullmatch(kind) else repr(kind)
-    doc = _Doc(source, safe_kind, name_hint or "<unnamed>", issues)
+    safe_kind = kind if LABEL_NAME_RE.fullmatch(kind) else repr(kind)
+    doc = Doc(source, safe_kind, name_hint or "<unnamed>", issues)
     if kind in _REFUSED_KINDS:
         doc.error("kind", f"{safe_kind} is not accepted: {_REFUSED_KINDS[kind]}")
         return
@@ -132,9 +132,9 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
         return
     if api not in _KINDS[kind]:
         want = " or ".join(_KINDS[kind])
-        doc.error("apiVersion", f"{_show(api)} is not supported for {kind}; use {want}")
+        doc.error("apiVersion", f"{show(api)} is not supported for {kind}; use {want}")
         return
-    top = _fields(doc, "", raw, ("apiVersion", "kind", "metadata", "spec"), ignored=("status",))
+    top = read_fields(doc, "", raw, ("apiVersion", "kind", "metadata", "spec"), ignored=("status",))
     if top is None:
         return
     name, labels = _metadata(doc, top.get("metadata"))
@@ -148,24 +148,24 @@ def _parse_document(source: str, raw: object, issues: _Issues, out: _Parsed) -> 
     registry[name] = doc
     spec = top.get("spec")
     if kind == "IPAddressPool":
-        _parse_pool(doc, spec, name, labels, out)
+        parse_pool(doc, spec, name, labels, out)
     elif kind == "BGPPeer":
-        peer = _parse_peer(doc, spec, name, str(api), out)
+        peer = parse_peer(doc, spec, name, str(api), out)
         if peer is None:
             out.all_peers_parsed = False
         else:
             out.peers.append((peer, doc))
     elif kind == "BGPAdvertisement":
-        adv = _parse_advertisement(doc, spec, name)
+        adv = parse_advertisement(doc, spec, name)
         if adv is not None:
             out.advertisements.append((adv, doc))
     elif kind == "Community":
-        if (c := _parse_community(doc, spec, name, out)) is not None:
+        if (c := parse_community_spec(doc, spec, name, out)) is not None:
             out.communities.append((c, doc))
     elif kind == "BFDProfile":
-        if (b := _parse_bfd_profile(doc, spec, name)) is not None:
+        if (b := parse_bfd_profile(doc, spec, name)) is not None:
             out.bfd_profiles.append((b, doc))
-    elif kind == "SpeakerConfig" and (s := _parse_speaker(doc, spec)) is not None:
+    elif kind == "SpeakerConfig" and (s := parse_speaker(doc, spec)) is not None:
         out.speakers.append((s, doc))
 
 
@@ -173,21 +173,21 @@ def _name_hint(raw: Mapping[Any, Any]) -> str | None:
     meta = raw.get("metadata")
     if isinstance(meta, Mapping):
         name = meta.get("name")
-        if isinstance(name, str) and name and _dns_subdomain(name) is None:
+        if isinstance(name, str) and name and dns_subdomain_error(name) is None:
             return name
     return None
 
 
-def _parse_list(source: str, raw: Mapping[Any, Any], issues: _Issues, out: _Parsed) -> None:
-    doc = _Doc(source, "List", "", issues)
-    top = _fields(doc, "", raw, ("apiVersion", "kind", "items", "metadata"))
+def _parse_list(source: str, raw: Mapping[Any, Any], issues: Issues, out: Parsed) -> None:
+    doc = Doc(source, "List", "", issues)
+    top = read_fields(doc, "", raw, ("apiVersion", "kind", "items", "metadata"))
     if top is None:
         return
     items = top.get("items")
     if items is None:
         return
     if not isinstance(items, list):
-        doc.error("items", f"must be a list, not {_type_name(items)}")
+        doc.error("items", f"must be a list, not {type_name(items)}")
         return
     for i, item in enumerate(items):
         issues.see(f"{source}:items[{i}]")
@@ -200,12 +200,12 @@ def parse_documents(docs: Iterable[tuple[str, object]]) -> LoadResult:
     Pure and total: any input yields a LoadResult (never an exception), with a Config when
     there is no error and every error and warning found otherwise.
     """
-    issues = _Issues()
-    out = _Parsed()
+    issues = Issues()
+    out = Parsed()
     for source, raw in docs:
         issues.see(source)
         _parse_document(source, raw, issues, out)
-    config = _cross_check(out, issues)
+    config = cross_check(out, issues)
     if not out.names and not issues.errors:
         issues.warnings.append(ConfigIssue("", "", "no configuration documents found"))
     return LoadResult(

@@ -1,5 +1,5 @@
 """Results of loading (ConfigIssue, LoadResult, ConfigError) and the collection of
-issues while documents are read (_Issues, _Doc): every problem with its place."""
+issues while documents are read (Issues, Doc): every problem with its place."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
-from bgpd.model import (
-    Config,
-)
+from bgpd.model import Config
 
 # --------------------------------------------------------------------------- results
 
@@ -52,7 +50,7 @@ class ConfigError(Exception):
 # --------------------------------------------------------------------------- collection
 
 
-class _Issues:
+class Issues:
     """Accumulates errors and warnings in the order they are found."""
 
     def __init__(self) -> None:
@@ -69,18 +67,18 @@ class _Issues:
         return tuple(sorted(issues, key=lambda i: self.order.get(i.source, len(self.order))))
 
 
-_MISSING: Final = object()
+MISSING: Final = object()
 T = TypeVar("T")
 
 
 @dataclass(slots=True)
-class _Doc:
+class Doc:
     """One document being read: where it came from and what it is, for every message."""
 
     source: str
     kind: str
     name: str
-    issues: _Issues
+    issues: Issues
     errors: int = 0
 
     def where(self, path: str) -> str:
@@ -96,7 +94,7 @@ class _Doc:
 
 
 @dataclass(slots=True)
-class _YamlFailure:
+class YamlFailure:
     """A document that could not be read, carried through parse_documents as an error."""
 
     issue: ConfigIssue

@@ -11,10 +11,8 @@ from collections.abc import Sequence
 import yaml
 
 from bgpd.config.documents import parse_documents
-from bgpd.config.issues import ConfigError, ConfigIssue, LoadResult, _YamlFailure
-from bgpd.model import (
-    Config,
-)
+from bgpd.config.issues import ConfigError, ConfigIssue, LoadResult, YamlFailure
+from bgpd.model import Config
 
 
 def _yaml_loader_base() -> type[yaml.SafeLoader]:
@@ -119,15 +117,15 @@ def _documents(text: str, source: str) -> list[tuple[str, object]]:
     """The documents of one file, labelled "file" or "file:doc N". Documents before a YAML
     error are kept, so their own errors are reported too."""
     raw: list[object] = []
-    failure: _YamlFailure | None = None
+    failure: YamlFailure | None = None
     try:
         for doc in yaml.load_all(text, Loader=_Loader):  # _Loader is a SafeLoader
             raw.append(doc)
     except yaml.YAMLError as exc:
-        failure = _YamlFailure(_yaml_error(source, exc))
+        failure = YamlFailure(_yaml_error(source, exc))
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # SafeConstructor can still fail on odd scalars (e.g. a timestamp out of range).
-        failure = _YamlFailure(ConfigIssue(source, "", f"invalid YAML: {exc}"))
+        failure = YamlFailure(ConfigIssue(source, "", f"invalid YAML: {exc}"))
     if len(raw) + (failure is not None) <= 1:
         out = [(source, d) for d in raw]
     else:
@@ -148,7 +146,7 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
                 text = fh.read()
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            docs.append((source, _YamlFailure(ConfigIssue(source, "", f"cannot read: {reason}"))))
+            docs.append((source, YamlFailure(ConfigIssue(source, "", f"cannot read: {reason}"))))
             continue
         docs.extend(_documents(text, source))
     return parse_documents(docs)

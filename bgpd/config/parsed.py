@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bgpd.config.issues import _Doc
+from bgpd.config.issues import Doc
 from bgpd.model import (
     BFDProfile,
     BGPAdvertisement,
@@ -16,19 +16,19 @@ from bgpd.model import (
 
 
 @dataclass(slots=True)
-class _Parsed:
+class Parsed:
     """What the documents held, before cross-checks. Names of objects that failed to parse
     are kept too, so a bad pool does not also make every advertisement naming it fail."""
 
-    pools: list[tuple[IPAddressPool, _Doc]] = field(default_factory=list)
-    peers: list[tuple[BGPPeer, _Doc]] = field(default_factory=list)
-    advertisements: list[tuple[_AdvertisementDraft, _Doc]] = field(default_factory=list)
-    communities: list[tuple[Community, _Doc]] = field(default_factory=list)
-    bfd_profiles: list[tuple[BFDProfile, _Doc]] = field(default_factory=list)
-    speakers: list[tuple[SpeakerConfig, _Doc]] = field(default_factory=list)
-    names: dict[str, dict[str, _Doc]] = field(default_factory=dict)
+    pools: list[tuple[IPAddressPool, Doc]] = field(default_factory=list)
+    peers: list[tuple[BGPPeer, Doc]] = field(default_factory=list)
+    advertisements: list[tuple[AdvertisementDraft, Doc]] = field(default_factory=list)
+    communities: list[tuple[Community, Doc]] = field(default_factory=list)
+    bfd_profiles: list[tuple[BFDProfile, Doc]] = field(default_factory=list)
+    speakers: list[tuple[SpeakerConfig, Doc]] = field(default_factory=list)
+    names: dict[str, dict[str, Doc]] = field(default_factory=dict)
     #: Peers that named a BFD profile: (profile, doc) for the cross-check.
-    bfd_references: list[tuple[str, _Doc]] = field(default_factory=list)
+    bfd_references: list[tuple[str, Doc]] = field(default_factory=list)
     #: Every alias name a Community object defines, also those with a bad value, so an
     #: advertisement using one is not reported a second time.
     alias_names: set[str] = field(default_factory=set)
@@ -36,7 +36,7 @@ class _Parsed:
 
 
 @dataclass(frozen=True, slots=True)
-class _AdvertisementDraft:
+class AdvertisementDraft:
     """A BGPAdvertisement before its community aliases are resolved."""
 
     advertisement: BGPAdvertisement

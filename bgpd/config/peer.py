@@ -19,20 +19,20 @@ from bgpd.config.fields import (
     field,
     names,
 )
-from bgpd.config.issues import _MISSING, _Doc
-from bgpd.config.parsed import _Parsed
+from bgpd.config.issues import MISSING, Doc
+from bgpd.config.parsed import Parsed
 from bgpd.config.values import (
-    _DNS_LABEL_RE,
-    _bool,
-    _dns_subdomain,
-    _fields,
-    _int,
-    _ip,
-    _join,
-    _selectors,
-    _show,
-    _str,
-    _whole_seconds,
+    DNS_LABEL_RE,
+    dns_subdomain_error,
+    join_path,
+    read_bool,
+    read_fields,
+    read_int,
+    read_ip,
+    read_selectors,
+    read_text,
+    read_whole_seconds,
+    show,
 )
 from bgpd.model import (
     BGPPeer,
@@ -110,41 +110,41 @@ _PEER_UNSUPPORTED: Final = {
 }
 
 
-def _parse_peer(doc: _Doc, spec: object, name: str, version: str, out: _Parsed) -> BGPPeer | None:
+def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> BGPPeer | None:
     table = PEER_V1BETA2 if version == METALLB_V1BETA2 else PEER_V1BETA1
-    f = _fields(doc, "spec", spec, names(table.spec), _PEER_UNSUPPORTED)
+    f = read_fields(doc, "spec", spec, names(table.spec), _PEER_UNSUPPORTED)
     if f is None:
         return None
     before = doc.errors
 
     def required(key: str) -> object:
-        v = f.get(key, _MISSING)
-        if v is _MISSING or v is None:
+        v = f.get(key, MISSING)
+        if v is MISSING or v is None:
             doc.error(f"spec.{key}", "is required")
-            return _MISSING
+            return MISSING
         return v
 
     # RFC 6793 four-octet ASNs; MetalLB: "missing local ASN" for 0.
     my_asn = peer_asn = None
-    if (v := required("myASN")) is not _MISSING:
+    if (v := required("myASN")) is not MISSING:
         if v == 0 and not isinstance(v, bool):
             doc.error("spec.myASN", "must not be 0 (missing local ASN)")
         else:
-            my_asn = _int(doc, "spec.myASN", v, *bounds(definition("asn")))
-    if (v := required("peerASN")) is not _MISSING:
+            my_asn = read_int(doc, "spec.myASN", v, *bounds(definition("asn")))
+    if (v := required("peerASN")) is not MISSING:
         if v == 0 and not isinstance(v, bool):
             doc.error("spec.peerASN", "must not be 0 (missing peer ASN)")
         else:
-            peer_asn = _int(doc, "spec.peerASN", v, *bounds(definition("asn")))
+            peer_asn = read_int(doc, "spec.peerASN", v, *bounds(definition("asn")))
     peer_address = None
-    if (v := required("peerAddress")) is not _MISSING:
-        peer_address = _ip(doc, "spec.peerAddress", v)
+    if (v := required("peerAddress")) is not MISSING:
+        peer_address = read_ip(doc, "spec.peerAddress", v)
     port = 179
     if "peerPort" in f and f["peerPort"] is not None:
-        port = _int(doc, "spec.peerPort", f["peerPort"], *bounds(definition("port"))) or 179
+        port = read_int(doc, "spec.peerPort", f["peerPort"], *bounds(definition("port"))) or 179
     source = None
     if "sourceAddress" in f and f["sourceAddress"] not in (None, ""):
-        source = _ip(doc, "spec.sourceAddress", f["sourceAddress"])
+        source = read_ip(doc, "spec.sourceAddress", f["sourceAddress"])
         if (
             source is not None
             and peer_address is not None
@@ -157,7 +157,7 @@ def _parse_peer(doc: _Doc, spec: object, name: str, version: str, out: _Parsed) 
             )
     router_id = None
     if "routerID" in f and f["routerID"] not in (None, ""):
-        rid = _ip(doc, "spec.routerID", f["routerID"])
+        rid = read_ip(doc, "spec.routerID", f["routerID"])
         if isinstance(rid, ipaddress.IPv6Address):
             doc.error(
                 "spec.routerID", f"{rid}: must be an IPv4 address (a BGP identifier is 32 bits)"
@@ -182,7 +182,7 @@ def _parse_peer(doc: _Doc, spec: object, name: str, version: str, out: _Parsed) 
         secret = _secret_ref(doc, "spec.passwordSecret", f["passwordSecret"])
     password_file = None
     if "passwordFile" in f and f["passwordFile"] not in (None, ""):
-        pf = _str(doc, "spec.passwordFile", f["passwordFile"])
+        pf = read_text(doc, "spec.passwordFile", f["passwordFile"])
         if pf is not None and not os.path.isabs(pf):
             doc.error("spec.passwordFile", f"{pf!r} must be an absolute path")
         elif pf is not None:
@@ -202,18 +202,18 @@ def _parse_peer(doc: _Doc, spec: object, name: str, version: str, out: _Parsed) 
 
     multihop = False
     if "ebgpMultiHop" in f:
-        multihop = _bool(doc, "spec.ebgpMultiHop", f["ebgpMultiHop"]) is True
+        multihop = read_bool(doc, "spec.ebgpMultiHop", f["ebgpMultiHop"]) is True
         if multihop and my_asn is not None and my_asn == peer_asn:
             # MetalLB: "invalid ebgp-multihop parameter set for an ibgp peer".
             doc.error("spec.ebgpMultiHop", "must not be set for an iBGP peer (myASN == peerASN)")
     graceful = False
     if "enableGracefulRestart" in f:
-        graceful = _bool(doc, "spec.enableGracefulRestart", f["enableGracefulRestart"]) is True
-    node_selectors = _selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
+        graceful = read_bool(doc, "spec.enableGracefulRestart", f["enableGracefulRestart"]) is True
+    node_selectors = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
 
     bfd = None
     if "bfdProfile" in f and f["bfdProfile"] not in (None, ""):
-        bfd = _str(doc, "spec.bfdProfile", f["bfdProfile"])
+        bfd = read_text(doc, "spec.bfdProfile", f["bfdProfile"])
         if bfd is not None:
             out.bfd_references.append((bfd, doc))
             doc.error(
@@ -245,7 +245,7 @@ def _parse_peer(doc: _Doc, spec: object, name: str, version: str, out: _Parsed) 
     )
 
 
-def _timers(doc: _Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
+def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     """holdTime and keepaliveTime with MetalLB's rules (parseTimers): either one implies the
     other (hold = 3 x keepalive), hold must be 0 or >= 3 s (RFC 4271 4.2), keepalive must
     not exceed hold. ExaBGP always sends keepalives every hold/3, so another keepalive
@@ -253,17 +253,17 @@ def _timers(doc: _Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     hold: int | None = None
     ka: int | None = None
     if f.get("holdTime") is not None:
-        hold = _whole_seconds(doc, "spec.holdTime", f["holdTime"])
+        hold = read_whole_seconds(doc, "spec.holdTime", f["holdTime"])
         if hold is None:
             return 90, None
         if 0 < hold < 3:
-            doc.error("spec.holdTime", f"{_show(f['holdTime'])} is invalid: must be 0 or >= 3s")
+            doc.error("spec.holdTime", f"{show(f['holdTime'])} is invalid: must be 0 or >= 3s")
             return 90, None
         if hold > 65535:
-            doc.error("spec.holdTime", f"{_show(f['holdTime'])} is out of range (0-65535s)")
+            doc.error("spec.holdTime", f"{show(f['holdTime'])} is out of range (0-65535s)")
             return 90, None
     if f.get("keepaliveTime") is not None:
-        ka = _whole_seconds(doc, "spec.keepaliveTime", f["keepaliveTime"])
+        ka = read_whole_seconds(doc, "spec.keepaliveTime", f["keepaliveTime"])
         if ka is None:
             return hold if hold is not None else 90, None
     if hold is None and ka is None:
@@ -289,10 +289,10 @@ def _timers(doc: _Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     return hold, ka
 
 
-def _password(doc: _Doc, path: str, value: object) -> str | None:
+def _password(doc: Doc, path: str, value: object) -> str | None:
     """A TCP MD5 key (RFC 2385). The ExaBGP renderer writes it base64-encoded, so quotes and
     backslashes are safe; control characters are still refused like any command text."""
-    text = _str(doc, path, value)
+    text = read_text(doc, path, value)
     if text is None:
         return None
     if len(text.encode()) > MAX_MD5_PASSWORD:
@@ -301,23 +301,25 @@ def _password(doc: _Doc, path: str, value: object) -> str | None:
     return text
 
 
-def _secret_ref(doc: _Doc, path: str, value: object) -> SecretRef | None:
-    f = _fields(doc, path, value, names(field(_PEER_V1BETA2_ONLY, "passwordSecret").fields or ()))
+def _secret_ref(doc: Doc, path: str, value: object) -> SecretRef | None:
+    f = read_fields(
+        doc, path, value, names(field(_PEER_V1BETA2_ONLY, "passwordSecret").fields or ())
+    )
     if f is None:
         return None
     name = f.get("name")
     if name in (None, ""):
-        doc.error(_join(path, "name"), "is required")
+        doc.error(join_path(path, "name"), "is required")
         return None
-    text = _str(doc, _join(path, "name"), name)
-    if text is not None and (why := _dns_subdomain(text)) is not None:
-        doc.error(_join(path, "name"), why)
+    text = read_text(doc, join_path(path, "name"), name)
+    if text is not None and (why := dns_subdomain_error(text)) is not None:
+        doc.error(join_path(path, "name"), why)
         return None
     namespace: str | None = None
     if f.get("namespace") not in (None, ""):
         ns = f["namespace"]
-        if not isinstance(ns, str) or not _DNS_LABEL_RE.fullmatch(ns) or len(ns) > 63:
-            doc.error(_join(path, "namespace"), f"{_show(ns)} is not a valid namespace name")
+        if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns) or len(ns) > 63:
+            doc.error(join_path(path, "namespace"), f"{show(ns)} is not a valid namespace name")
             return None
         namespace = ns
     return None if text is None else SecretRef(name=text, namespace=namespace)

@@ -6,18 +6,18 @@ import ipaddress
 from typing import Final
 
 from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, names
-from bgpd.config.issues import _MISSING, _Doc
-from bgpd.config.parsed import _Parsed
+from bgpd.config.issues import MISSING, Doc
+from bgpd.config.parsed import Parsed
 from bgpd.config.values import (
-    _DNS_LABEL_RE,
-    _bool,
-    _fields,
-    _int,
-    _join,
-    _selectors,
-    _str,
-    _str_list,
-    _type_name,
+    DNS_LABEL_RE,
+    join_path,
+    read_bool,
+    read_fields,
+    read_int,
+    read_selectors,
+    read_text,
+    read_text_list,
+    type_name,
 )
 from bgpd.model import (
     AddressRange,
@@ -61,9 +61,9 @@ POOL: Final = KindTable(
 )
 
 
-def _ip_range(doc: _Doc, path: str, value: object) -> AddressRange | None:
+def _ip_range(doc: Doc, path: str, value: object) -> AddressRange | None:
     """One IPAddressPool address: a CIDR, an `a-b` range, or (our extension) a single IP."""
-    text = _str(doc, path, value)
+    text = read_text(doc, path, value)
     if text is None:
         return None
     t = text.strip()
@@ -113,16 +113,16 @@ def _zoned(ip: IPAddress) -> bool:
     return isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None
 
 
-def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out: _Parsed) -> None:
-    f = _fields(doc, "spec", spec, names(POOL.spec))
+def parse_pool(doc: Doc, spec: object, name: str, labels: dict[str, str], out: Parsed) -> None:
+    f = read_fields(doc, "spec", spec, names(POOL.spec))
     if f is None:
         return
     ranges: list[AddressRange] = []
-    addrs = f.get("addresses", _MISSING)
-    if addrs is _MISSING or addrs is None or addrs == []:
+    addrs = f.get("addresses", MISSING)
+    if addrs is MISSING or addrs is None or addrs == []:
         doc.error("spec.addresses", "pool has no addresses (CIDRs or a-b ranges)")
     elif not isinstance(addrs, list):
-        doc.error("spec.addresses", f"must be a list, not {_type_name(addrs)}")
+        doc.error("spec.addresses", f"must be a list, not {type_name(addrs)}")
     else:
         for i, a in enumerate(addrs):
             got = _ip_range(doc, f"spec.addresses[{i}]", a)
@@ -130,10 +130,10 @@ def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out:
                 ranges.append(got)
     auto_assign = True
     if "autoAssign" in f:
-        auto_assign = _bool(doc, "spec.autoAssign", f["autoAssign"]) is not False
+        auto_assign = read_bool(doc, "spec.autoAssign", f["autoAssign"]) is not False
     avoid = False
     if "avoidBuggyIPs" in f:
-        avoid = _bool(doc, "spec.avoidBuggyIPs", f["avoidBuggyIPs"]) is True
+        avoid = read_bool(doc, "spec.avoidBuggyIPs", f["avoidBuggyIPs"]) is True
     allocation: ServiceAllocation | None = None
     if "serviceAllocation" in f and f["serviceAllocation"] is not None:
         allocation = _service_allocation(doc, "spec.serviceAllocation", f["serviceAllocation"])
@@ -149,23 +149,25 @@ def _parse_pool(doc: _Doc, spec: object, name: str, labels: dict[str, str], out:
     out.pools.append((pool, doc))
 
 
-def _service_allocation(doc: _Doc, path: str, value: object) -> ServiceAllocation | None:
-    f = _fields(doc, path, value, names(SERVICE_ALLOCATION_FIELDS))
+def _service_allocation(doc: Doc, path: str, value: object) -> ServiceAllocation | None:
+    f = read_fields(doc, path, value, names(SERVICE_ALLOCATION_FIELDS))
     if f is None:
         return None
     priority: int | None = None
     if "priority" in f and f["priority"] is not None:
         # A Go int in MetalLB; lower numbers win.
-        priority = _int(doc, _join(path, "priority"), f["priority"], -(2**31), 2**31 - 1)
+        priority = read_int(doc, join_path(path, "priority"), f["priority"], -(2**31), 2**31 - 1)
     namespaces: list[str] = []
     if "namespaces" in f and f["namespaces"] is not None:
-        got = _str_list(doc, _join(path, "namespaces"), f["namespaces"])
+        got = read_text_list(doc, join_path(path, "namespaces"), f["namespaces"])
         for i, ns in enumerate(got or ()):
-            if len(ns) > 63 or not _DNS_LABEL_RE.fullmatch(ns):
-                doc.error(f"{_join(path, 'namespaces')}[{i}]", f"{ns!r} is not a namespace name")
+            if len(ns) > 63 or not DNS_LABEL_RE.fullmatch(ns):
+                doc.error(
+                    f"{join_path(path, 'namespaces')}[{i}]", f"{ns!r} is not a namespace name"
+                )
         namespaces = got or []
-    ns_sel = _selectors(doc, _join(path, "namespaceSelectors"), f.get("namespaceSelectors"))
-    svc_sel = _selectors(doc, _join(path, "serviceSelectors"), f.get("serviceSelectors"))
+    ns_sel = read_selectors(doc, join_path(path, "namespaceSelectors"), f.get("namespaceSelectors"))
+    svc_sel = read_selectors(doc, join_path(path, "serviceSelectors"), f.get("serviceSelectors"))
     return ServiceAllocation(
         priority=priority,
         namespaces=tuple(namespaces),

@@ -7,8 +7,16 @@ from pathlib import Path
 from typing import Final
 
 from bgpd.config.fields import KUBE_BGPD_V1ALPHA1, NO_CONTROL, Field, KindTable, names
-from bgpd.config.issues import _Doc
-from bgpd.config.values import _bool, _duration, _fields, _int, _join, _show, _str
+from bgpd.config.issues import Doc
+from bgpd.config.values import (
+    join_path,
+    read_bool,
+    read_duration,
+    read_fields,
+    read_int,
+    read_text,
+    show,
+)
 from bgpd.model import (
     LogFormat,
     MQTTConfig,
@@ -62,9 +70,9 @@ SPEAKER: Final = KindTable(
 )
 
 
-def _host_port(doc: _Doc, path: str, value: object) -> str | None:
+def _host_port(doc: Doc, path: str, value: object) -> str | None:
     """HOST:PORT, IPv6 hosts in brackets; port 0 asks the kernel for a free one (tests)."""
-    text = _str(doc, path, value)
+    text = read_text(doc, path, value)
     if text is None:
         return None
     host, sep, port = text.rpartition(":")
@@ -83,24 +91,24 @@ def _host_port(doc: _Doc, path: str, value: object) -> str | None:
     return text
 
 
-def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
-    f = _fields(doc, "spec", {} if spec is None else spec, names(SPEAKER.spec))
+def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
+    f = read_fields(doc, "spec", {} if spec is None else spec, names(SPEAKER.spec))
     if f is None:
         return None
     before = doc.errors
     d = SpeakerConfig()
     lb_class = d.load_balancer_class
     if f.get("loadBalancerClass") is not None:
-        lb_class = _str(doc, "spec.loadBalancerClass", f["loadBalancerClass"])
+        lb_class = read_text(doc, "spec.loadBalancerClass", f["loadBalancerClass"])
     ignore = d.ignore_exclude_lb
     if f.get("ignoreExcludeLB") is not None:
-        ignore = _bool(doc, "spec.ignoreExcludeLB", f["ignoreExcludeLB"]) is True
+        ignore = read_bool(doc, "spec.ignoreExcludeLB", f["ignoreExcludeLB"]) is True
     binary = d.exabgp_binary
     if f.get("exabgpBinary") is not None:
-        binary = _str(doc, "spec.exabgpBinary", f["exabgpBinary"]) or binary
+        binary = read_text(doc, "spec.exabgpBinary", f["exabgpBinary"]) or binary
     work_dir = d.work_dir
     if f.get("workDir") is not None:
-        wd = _str(doc, "spec.workDir", f["workDir"])
+        wd = read_text(doc, "spec.workDir", f["workDir"])
         if wd is not None:
             work_dir = Path(wd)
     metrics = d.metrics_address
@@ -111,18 +119,18 @@ def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
         mqtt = _mqtt(doc, "spec.mqtt", f["mqtt"])
     debounce = d.debounce
     if f.get("debounce") is not None:
-        got = _duration(doc, "spec.debounce", f["debounce"], numbers=True)
+        got = read_duration(doc, "spec.debounce", f["debounce"], numbers=True)
         debounce = float(got) if got is not None else debounce
     log_format = d.log_format
     if f.get("logFormat") is not None:
         lf = f["logFormat"]
         if lf not in {x.value for x in LogFormat}:
-            doc.error("spec.logFormat", f"{_show(lf)} is not one of text, json")
+            doc.error("spec.logFormat", f"{show(lf)} is not one of text, json")
         else:
             log_format = LogFormat(str(lf))
     drain = d.drain_window
     if f.get("drainWindow") is not None:
-        got = _duration(doc, "spec.drainWindow", f["drainWindow"], numbers=True)
+        got = read_duration(doc, "spec.drainWindow", f["drainWindow"], numbers=True)
         drain = float(got) if got is not None else drain
     on_sigterm = d.on_sigterm
     if f.get("onSigterm") is not None:
@@ -130,13 +138,13 @@ def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
         if action not in {x.value for x in SigtermAction}:
             doc.error(
                 "spec.onSigterm",
-                f"{_show(action)} is not one of {', '.join(x.value for x in SigtermAction)}",
+                f"{show(action)} is not one of {', '.join(x.value for x in SigtermAction)}",
             )
         else:
             on_sigterm = SigtermAction(str(action))
     listen = d.listen
     if f.get("listen") is not None:
-        listen = _bool(doc, "spec.listen", f["listen"]) is True
+        listen = read_bool(doc, "spec.listen", f["listen"]) is True
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -154,36 +162,36 @@ def _parse_speaker(doc: _Doc, spec: object) -> SpeakerConfig | None:
     )
 
 
-def _mqtt(doc: _Doc, path: str, value: object) -> MQTTConfig | None:
-    f = _fields(doc, path, value, names(MQTT_FIELDS))
+def _mqtt(doc: Doc, path: str, value: object) -> MQTTConfig | None:
+    f = read_fields(doc, path, value, names(MQTT_FIELDS))
     if f is None:
         return None
     before = doc.errors
     host = None
     if f.get("host") in (None, ""):
-        doc.error(_join(path, "host"), "is required")
+        doc.error(join_path(path, "host"), "is required")
     else:
-        host = _str(doc, _join(path, "host"), f["host"])
+        host = read_text(doc, join_path(path, "host"), f["host"])
     d = MQTTConfig(host="")
     port = d.port
     if f.get("port") is not None:
-        port = _int(doc, _join(path, "port"), f["port"], 1, 65535) or port
+        port = read_int(doc, join_path(path, "port"), f["port"], 1, 65535) or port
     prefix = d.topic_prefix
     if f.get("topicPrefix") is not None:
-        got = _str(doc, _join(path, "topicPrefix"), f["topicPrefix"])
+        got = read_text(doc, join_path(path, "topicPrefix"), f["topicPrefix"])
         if got is not None and ("+" in got or "#" in got):
             doc.error(
-                _join(path, "topicPrefix"), f"{got!r}: MQTT wildcards + and # are not allowed"
+                join_path(path, "topicPrefix"), f"{got!r}: MQTT wildcards + and # are not allowed"
             )
         prefix = got or prefix
     username = password = None
     if f.get("username") is not None:
-        username = _str(doc, _join(path, "username"), f["username"])
+        username = read_text(doc, join_path(path, "username"), f["username"])
     if f.get("password") is not None:
-        password = _str(doc, _join(path, "password"), f["password"])
+        password = read_text(doc, join_path(path, "password"), f["password"])
     tls = d.tls
     if f.get("tls") is not None:
-        tls = _bool(doc, _join(path, "tls"), f["tls"]) is True
+        tls = read_bool(doc, join_path(path, "tls"), f["tls"]) is True
     if doc.errors != before or host is None:
         return None
     return MQTTConfig(

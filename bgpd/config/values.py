@@ -1,6 +1,6 @@
 """Readers of the value types the kinds share: the unknown-key check, scalars, Go
 durations, Kubernetes names and labels, label selectors. Each reports problems on the
-_Doc and returns None for a bad value; none raises."""
+Doc and returns None for a bad value; none raises."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Final
 
 from bgpd.attributes import check_command_text
 from bgpd.config.fields import DNS_LABEL, DNS_SUBDOMAIN, REQUIREMENT_FIELDS, SELECTOR_FIELDS, names
-from bgpd.config.issues import _MISSING, T, _Doc
+from bgpd.config.issues import MISSING, Doc, T
 from bgpd.model import (
     IPAddress,
     LabelSelector,
@@ -22,17 +22,17 @@ from bgpd.model import (
 )
 
 
-def _join(path: str, key: str) -> str:
+def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
-def _show(value: object) -> str:
+def show(value: object) -> str:
     """A short, single-line rendering of a bad value for a message."""
     text = repr(value) if isinstance(value, str) else str(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _type_name(value: object) -> str:
+def type_name(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -50,8 +50,8 @@ def _type_name(value: object) -> str:
     return f"a {type(value).__name__}"
 
 
-def _fields(
-    doc: _Doc,
+def read_fields(
+    doc: Doc,
     path: str,
     value: object,
     known: Iterable[str],
@@ -66,7 +66,7 @@ def _fields(
     server-side metadata). Returns the known keys' values, or None if value is no mapping.
     """
     if not isinstance(value, Mapping):
-        doc.error(path, f"must be a mapping, not {_type_name(value)}")
+        doc.error(path, f"must be a mapping, not {type_name(value)}")
         return None
     known_set = set(known)
     unsupported = unsupported or {}
@@ -74,16 +74,16 @@ def _fields(
     out: dict[str, object] = {}
     for key, item in value.items():
         if not isinstance(key, str):
-            doc.error(path, f"key {_show(key)} is not a string")
+            doc.error(path, f"key {show(key)} is not a string")
             continue
         if key in known_set:
             out[key] = item
         elif key in unsupported:
-            doc.error(_join(path, key), f"not supported: {unsupported[key]}")
+            doc.error(join_path(path, key), f"not supported: {unsupported[key]}")
         elif key not in ignored_set:
             close = difflib.get_close_matches(key, sorted(known_set), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            doc.error(_join(path, _safe_key(key)), f"unknown field{hint}")
+            doc.error(join_path(path, _safe_key(key)), f"unknown field{hint}")
     return out
 
 
@@ -95,10 +95,10 @@ def _safe_key(key: str) -> str:
 # --------------------------------------------------------------------------- scalars
 
 
-def _int(doc: _Doc, path: str, value: object, lo: int, hi: int) -> int | None:
+def read_int(doc: Doc, path: str, value: object, lo: int, hi: int) -> int | None:
     # bool is an int in Python; YAML `true` must not pass as 1.
     if isinstance(value, bool) or not isinstance(value, int):
-        doc.error(path, f"must be an integer, not {_type_name(value)}")
+        doc.error(path, f"must be an integer, not {type_name(value)}")
         return None
     if not lo <= value <= hi:
         doc.error(path, f"{value} is out of range ({lo}-{hi})")
@@ -106,17 +106,17 @@ def _int(doc: _Doc, path: str, value: object, lo: int, hi: int) -> int | None:
     return value
 
 
-def _bool(doc: _Doc, path: str, value: object) -> bool | None:
+def read_bool(doc: Doc, path: str, value: object) -> bool | None:
     if not isinstance(value, bool):
-        doc.error(path, f"must be true or false, not {_type_name(value)}")
+        doc.error(path, f"must be true or false, not {type_name(value)}")
         return None
     return value
 
 
-def _str(doc: _Doc, path: str, value: object, *, empty: bool = False) -> str | None:
+def read_text(doc: Doc, path: str, value: object, *, empty: bool = False) -> str | None:
     """A string that may reach an ExaBGP command line or config file: no control characters."""
     if not isinstance(value, str):
-        doc.error(path, f"must be a string, not {_type_name(value)}")
+        doc.error(path, f"must be a string, not {type_name(value)}")
         return None
     if not value and not empty:
         doc.error(path, "must not be empty")
@@ -130,17 +130,17 @@ def _str(doc: _Doc, path: str, value: object, *, empty: bool = False) -> str | N
 
 
 def _unique_list(
-    doc: _Doc,
+    doc: Doc,
     path: str,
     value: object,
-    item: Callable[[_Doc, str, object], T | None],
+    item: Callable[[Doc, str, object], T | None],
     *,
     unique: bool = True,
 ) -> list[T] | None:
     """A list whose items `item` parses; a repeated item is an error, as MetalLB's
     validateDuplicate and validateLabelSelectorDuplicate make it. None if any item is bad."""
     if not isinstance(value, list):
-        doc.error(path, f"must be a list, not {_type_name(value)}")
+        doc.error(path, f"must be a list, not {type_name(value)}")
         return None
     out: list[T] = []
     ok = True
@@ -149,19 +149,19 @@ def _unique_list(
         if got is None:
             ok = False
         elif unique and got in out:
-            doc.error(f"{path}[{i}]", f"{_show(raw)} is listed twice")
+            doc.error(f"{path}[{i}]", f"{show(raw)} is listed twice")
             ok = False
         else:
             out.append(got)
     return out if ok else None
 
 
-def _str_list(doc: _Doc, path: str, value: object, *, unique: bool = True) -> list[str] | None:
-    return _unique_list(doc, path, value, _str, unique=unique)
+def read_text_list(doc: Doc, path: str, value: object, *, unique: bool = True) -> list[str] | None:
+    return _unique_list(doc, path, value, read_text, unique=unique)
 
 
-def _ip(doc: _Doc, path: str, value: object) -> IPAddress | None:
-    text = _str(doc, path, value)
+def read_ip(doc: Doc, path: str, value: object) -> IPAddress | None:
+    text = read_text(doc, path, value)
     if text is None:
         return None
     try:
@@ -211,7 +211,7 @@ def parse_duration(text: str) -> Fraction:
     return sign * total
 
 
-def _duration(doc: _Doc, path: str, value: object, *, numbers: bool = False) -> Fraction | None:
+def read_duration(doc: Doc, path: str, value: object, *, numbers: bool = False) -> Fraction | None:
     """A Go duration string, as metav1.Duration takes it (a bare number is refused there;
     our own SpeakerConfig also takes plain seconds when numbers=True)."""
     if numbers and isinstance(value, int | float) and not isinstance(value, bool):
@@ -232,20 +232,20 @@ def _duration(doc: _Doc, path: str, value: object, *, numbers: bool = False) -> 
             if numbers
             else ('a duration string like "90s" or "1m30s"')
         )
-        doc.error(path, f"must be {expect}, not {_type_name(value)}")
+        doc.error(path, f"must be {expect}, not {type_name(value)}")
         return None
     if seconds < 0:
-        doc.error(path, f"{_show(value)} is negative")
+        doc.error(path, f"{show(value)} is negative")
         return None
     return seconds
 
 
-def _whole_seconds(doc: _Doc, path: str, value: object) -> int | None:
-    seconds = _duration(doc, path, value)
+def read_whole_seconds(doc: Doc, path: str, value: object) -> int | None:
+    seconds = read_duration(doc, path, value)
     if seconds is None:
         return None
     if seconds.denominator != 1:
-        doc.error(path, f"{_show(value)}: must be a whole number of seconds (BGP timers are)")
+        doc.error(path, f"{show(value)}: must be a whole number of seconds (BGP timers are)")
         return None
     return int(seconds)
 
@@ -253,11 +253,11 @@ def _whole_seconds(doc: _Doc, path: str, value: object) -> int | None:
 # --------------------------------------------------------------------------- names
 
 _DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN)
-_DNS_LABEL_RE = re.compile(DNS_LABEL)
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+DNS_LABEL_RE = re.compile(DNS_LABEL)
+LABEL_NAME_RE = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
-def _dns_subdomain(text: str) -> str | None:
+def dns_subdomain_error(text: str) -> str | None:
     """None when text is a valid Kubernetes object name (RFC 1123 subdomain), else why not."""
     if len(text) > 253:
         return "must be at most 253 characters (a Kubernetes DNS-1123 subdomain)"
@@ -272,9 +272,9 @@ def _dns_subdomain(text: str) -> str | None:
 def _label_key(text: str) -> str | None:
     """None when text is a valid label key (optional DNS prefix + '/' + name), else why not."""
     prefix, _, name = text.rpartition("/")
-    if "/" in text and (not prefix or _dns_subdomain(prefix) is not None):
+    if "/" in text and (not prefix or dns_subdomain_error(prefix) is not None):
         return f"label key {text!r}: prefix must be a DNS-1123 subdomain"
-    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+    if len(name) > 63 or not LABEL_NAME_RE.fullmatch(name):
         return (
             f"label key {text!r}: name must be 1-63 characters of letters, digits, '-', '_' "
             "and '.', starting and ending with a letter or digit"
@@ -283,7 +283,7 @@ def _label_key(text: str) -> str | None:
 
 
 def _label_value(text: str) -> str | None:
-    if text and (len(text) > 63 or not _LABEL_NAME.fullmatch(text)):
+    if text and (len(text) > 63 or not LABEL_NAME_RE.fullmatch(text)):
         return (
             f"label value {text!r} must be at most 63 characters of letters, digits, '-', '_' "
             "and '.', starting and ending with a letter or digit"
@@ -291,29 +291,29 @@ def _label_value(text: str) -> str | None:
     return None
 
 
-def _labels(doc: _Doc, path: str, value: object) -> dict[str, str] | None:
+def read_labels(doc: Doc, path: str, value: object) -> dict[str, str] | None:
     if not isinstance(value, Mapping):
-        doc.error(path, f"must be a mapping, not {_type_name(value)}")
+        doc.error(path, f"must be a mapping, not {type_name(value)}")
         return None
     out: dict[str, str] = {}
     ok = True
     for key, item in value.items():
         if not isinstance(key, str):
-            doc.error(path, f"key {_show(key)} is not a string")
+            doc.error(path, f"key {show(key)} is not a string")
             ok = False
             continue
         why = _label_key(key)
         if why is not None:
-            doc.error(_join(path, _safe_key(key)), why)
+            doc.error(join_path(path, _safe_key(key)), why)
             ok = False
             continue
         if not isinstance(item, str):
-            doc.error(_join(path, key), f"must be a string, not {_type_name(item)}")
+            doc.error(join_path(path, key), f"must be a string, not {type_name(item)}")
             ok = False
             continue
         why = _label_value(item)
         if why is not None:
-            doc.error(_join(path, key), why)
+            doc.error(join_path(path, key), why)
             ok = False
             continue
         out[key] = item
@@ -323,21 +323,21 @@ def _labels(doc: _Doc, path: str, value: object) -> dict[str, str] | None:
 # --------------------------------------------------------------------------- selectors
 
 
-def _selector(doc: _Doc, path: str, value: object) -> LabelSelector | None:
+def _selector(doc: Doc, path: str, value: object) -> LabelSelector | None:
     """metav1.LabelSelector, validated as metav1.LabelSelectorAsSelector does."""
-    f = _fields(doc, path, value, names(SELECTOR_FIELDS))
+    f = read_fields(doc, path, value, names(SELECTOR_FIELDS))
     if f is None:
         return None
     before = doc.errors
     labels: dict[str, str] = {}
     if "matchLabels" in f:
-        labels = _labels(doc, _join(path, "matchLabels"), f["matchLabels"]) or {}
+        labels = read_labels(doc, join_path(path, "matchLabels"), f["matchLabels"]) or {}
     reqs: list[SelectorRequirement] = []
     if "matchExpressions" in f:
         exprs = f["matchExpressions"]
-        epath = _join(path, "matchExpressions")
+        epath = join_path(path, "matchExpressions")
         if not isinstance(exprs, list):
-            doc.error(epath, f"must be a list, not {_type_name(exprs)}")
+            doc.error(epath, f"must be a list, not {type_name(exprs)}")
         else:
             for i, expr in enumerate(exprs):
                 req = _requirement(doc, f"{epath}[{i}]", expr)
@@ -353,49 +353,49 @@ def _selector(doc: _Doc, path: str, value: object) -> LabelSelector | None:
     return LabelSelector(match_labels=tuple(sorted(labels.items())), match_expressions=tuple(reqs))
 
 
-def _requirement(doc: _Doc, path: str, value: object) -> SelectorRequirement | None:
-    f = _fields(doc, path, value, names(REQUIREMENT_FIELDS))
+def _requirement(doc: Doc, path: str, value: object) -> SelectorRequirement | None:
+    f = read_fields(doc, path, value, names(REQUIREMENT_FIELDS))
     if f is None:
         return None
     before = doc.errors
-    key = f.get("key", _MISSING)
-    op_text = f.get("operator", _MISSING)
-    if key is _MISSING:
-        doc.error(_join(path, "key"), "is required")
+    key = f.get("key", MISSING)
+    op_text = f.get("operator", MISSING)
+    if key is MISSING:
+        doc.error(join_path(path, "key"), "is required")
     elif isinstance(key, str):
         why = _label_key(key)
         if why is not None:
-            doc.error(_join(path, "key"), why)
+            doc.error(join_path(path, "key"), why)
     else:
-        doc.error(_join(path, "key"), f"must be a string, not {_type_name(key)}")
+        doc.error(join_path(path, "key"), f"must be a string, not {type_name(key)}")
     operator: SelectorOperator | None = None
-    if op_text is _MISSING:
-        doc.error(_join(path, "operator"), "is required")
+    if op_text is MISSING:
+        doc.error(join_path(path, "operator"), "is required")
     elif op_text not in {o.value for o in SelectorOperator}:
         doc.error(
-            _join(path, "operator"),
-            f"{_show(op_text)} is not one of {', '.join(o.value for o in SelectorOperator)}",
+            join_path(path, "operator"),
+            f"{show(op_text)} is not one of {', '.join(o.value for o in SelectorOperator)}",
         )
     else:
         operator = SelectorOperator(str(op_text))
     values: list[str] = []
     if "values" in f and f["values"] is not None:
-        got = _str_list(doc, _join(path, "values"), f["values"], unique=False)
+        got = read_text_list(doc, join_path(path, "values"), f["values"], unique=False)
         for i, v in enumerate(got or ()):
             why = _label_value(v)
             if why is not None:
-                doc.error(f"{_join(path, 'values')}[{i}]", why)
+                doc.error(f"{join_path(path, 'values')}[{i}]", why)
         values = got or []
     if operator in (SelectorOperator.IN, SelectorOperator.NOT_IN) and not values:
-        doc.error(_join(path, "values"), f"must not be empty for operator {operator}")
+        doc.error(join_path(path, "values"), f"must not be empty for operator {operator}")
     if operator in (SelectorOperator.EXISTS, SelectorOperator.DOES_NOT_EXIST) and values:
-        doc.error(_join(path, "values"), f"must be empty for operator {operator}")
+        doc.error(join_path(path, "values"), f"must be empty for operator {operator}")
     if doc.errors != before or operator is None or not isinstance(key, str):
         return None
     return SelectorRequirement(key=key, operator=operator, values=tuple(values))
 
 
-def _selectors(doc: _Doc, path: str, value: object) -> tuple[LabelSelector, ...] | None:
+def read_selectors(doc: Doc, path: str, value: object) -> tuple[LabelSelector, ...] | None:
     if value is None:
         return ()
     got = _unique_list(doc, path, value, _selector)
