@@ -24,9 +24,11 @@ because that is what users of MetalLB-style configs expect:
    still serves keeps its route (metallb#2074, KEP-1672).
 6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool and
    whose nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
-   advertisements name (all when none) among the peers whose nodeSelectors match this
-   node (`noMatchingPeer`), and of those only peers whose session family is the IP's
-   family (`noPeerOfFamily`): one session per family, see docs/architecture.md.
+   advertisements name (all when none) among the peers this node has a session with
+   (`noMatchingPeer`; bgpd.peers.peers_for_node: nodeSelectors match and a local
+   address exists, the rule the ExaBGP renderer follows too), and of those only peers
+   whose session family is the IP's family (`noPeerOfFamily`): one session per family,
+   see docs/architecture.md.
 
 Node-wide reasons come before the per-IP checks (MetalLB checks the advertisement
 first) because on an excluded or unavailable node they are the one answer that matters.
@@ -76,6 +78,7 @@ from bgpd.model import (
     Node,
     NodeName,
     PeerName,
+    PeerSkipReason,
     PoolName,
     Route,
     RouteAttributes,
@@ -87,6 +90,7 @@ from bgpd.model import (
     selectors_match,
 )
 from bgpd.objects import is_our_load_balancer
+from bgpd.peers import NO_KERNEL_CHOICES, NodePeers, peers_for_node
 
 ANNOTATION_COMMUNITIES = "kube-bgpd.io/communities"
 ANNOTATION_LOCAL_PREF = "kube-bgpd.io/local-pref"
@@ -231,9 +235,14 @@ class _Plan:
     config: Config
     node: NodeName
     labels: Mapping[str, str]
-    peers: tuple[BGPPeer, ...]
+    #: peers_for_node(): the peers with a session from this node, and the others.
+    node_peers: NodePeers
     cache: dict[tuple[PoolName, int], _Targets | _Miss] = field(default_factory=dict)
     ranges: list[tuple[int, int, int, IPAddressPool]] | None = None
+
+    @property
+    def peers(self) -> tuple[BGPPeer, ...]:
+        return self.node_peers.peers
 
     def pool_of(self, ip: IPAddress) -> IPAddressPool | None:
         """Config.pool_of over integer bounds computed once (pools never overlap)."""
@@ -270,12 +279,13 @@ class _Plan:
                 f"BGPAdvertisement {_names(a.name for a in advs)} select pool {pool.name} "
                 f"but their nodeSelectors do not match node {self.node}",
             )
-        pairs = [(a, p) for a in here for p in self.peers if not a.peers or p.name in a.peers]
+        peers = self.peers
+        pairs = [(a, p) for a in here for p in peers if not a.peers or p.name in a.peers]
         if not pairs:
             if not self.config.peers:
                 detail = "no BGPPeer is configured"
-            elif not self.peers:
-                detail = f"no BGPPeer's nodeSelectors match node {self.node}"
+            elif not peers:
+                detail = _no_session_detail(self.node_peers, self.node)
             else:
                 named = sorted({p for a in here for p in a.peers})
                 detail = (
@@ -285,12 +295,20 @@ class _Plan:
             return _Miss(SkipReason.NO_MATCHING_PEER, detail)
         same = tuple((a, p) for a, p in pairs if p.family == version)
         if not same:
-            peers = sorted({p.name for _, p in pairs})
+            other = sorted({p.name for _, p in pairs})
             return _Miss(
                 SkipReason.NO_PEER_OF_FAMILY,
-                f"IPv{version} address; peers {_names(peers)} are IPv{10 - version} sessions",
+                f"IPv{version} address; peers {_names(other)} are IPv{10 - version} sessions",
             )
         return same
+
+
+def _no_session_detail(node_peers: NodePeers, node: NodeName) -> str:
+    skipped = node_peers.skipped
+    if all(s.reason is PeerSkipReason.NODE_SELECTORS for s in skipped):
+        return f"no BGPPeer's nodeSelectors match node {node}"
+    why = "; ".join(f"{s.peer}: {s.reason}" for s in skipped)
+    return f"no BGPPeer has a session from node {node} ({why})"
 
 
 @dataclass(slots=True)
@@ -401,14 +419,19 @@ class _Context:
     ours: str | None
 
 
-def _context(config: Config, node_obj: Node | None, node: NodeName) -> _Context:
+def _context(
+    config: Config,
+    node_obj: Node | None,
+    node: NodeName,
+    kernel_choices: Mapping[PeerName, IPAddress | None],
+) -> _Context:
     labels = node_obj.labels if node_obj is not None else {}
     return _Context(
         plan=_Plan(
             config=config,
             node=node,
             labels=labels,
-            peers=tuple(p for p in config.peers if selectors_match(p.node_selectors, labels)),
+            node_peers=peers_for_node(config, node_obj, kernel_choices=kernel_choices),
         ),
         blocked=node_reason(config, node_obj),
         aliases=community_aliases(config),
@@ -472,11 +495,21 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     return _Part(skips=tuple(skips), contributions=tuple(contributions))
 
 
-def decide(config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decision:
+def decide(
+    config: Config,
+    snapshot: ClusterSnapshot,
+    node: NodeName,
+    *,
+    kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
+) -> Decision:
     """The routes `node` must announce, per peer, and a Skip for every LoadBalancer
     Service (or IP of one) of ours it does not announce. Routes and skips are sorted,
-    so equal inputs give equal Decisions whatever order the snapshot was built in."""
-    ctx = _context(config, snapshot.nodes.get(node), node)
+    so equal inputs give equal Decisions whatever order the snapshot was built in.
+
+    Routes go only to the peers `node` has a session with (bgpd.peers.peers_for_node,
+    given the kernel's source-address choice per peer; none offline); the others are in
+    Decision.peers_skipped with the reason."""
+    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices)
     merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
     skipped: list[Skip] = []
     slices = snapshot.endpoint_slices
@@ -492,7 +525,10 @@ def decide(config: Config, snapshot: ClusterSnapshot, node: NodeName) -> Decisio
         (m.route(peer, prefix) for (peer, prefix), m in merged.items()), key=route_sort_key
     )
     return Decision(
-        node=node, routes=tuple(routes), skipped=tuple(sorted(skipped, key=skip_sort_key))
+        node=node,
+        routes=tuple(routes),
+        skipped=tuple(sorted(skipped, key=skip_sort_key)),
+        peers_skipped=ctx.plan.node_peers.skipped,
     )
 
 
@@ -531,7 +567,9 @@ class Decider:
     """
 
     def __init__(self) -> None:
-        self._key: tuple[Config, NodeName, Node | None] | None = None
+        self._key: (
+            tuple[Config, NodeName, Node | None, Mapping[PeerName, IPAddress | None]] | None
+        ) = None
         self._reset(None)
         self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
         self.desired_changed = False
@@ -557,14 +595,21 @@ class Decider:
         self._skips_moved = False
         self._changes: dict[PeerName, set[IPNetwork]] = {}
 
-    def _same_context(self, config: Config, node: NodeName, node_obj: Node | None) -> bool:
+    def _same_context(
+        self,
+        config: Config,
+        node: NodeName,
+        node_obj: Node | None,
+        kernel_choices: Mapping[PeerName, IPAddress | None],
+    ) -> bool:
         if self._key is None:
             return False
-        c, n, o = self._key
+        c, n, o, k = self._key
         return (
             (c is config or c == config)
             and n == node
             and (o is node_obj or (o is not None and node_obj is not None and o == node_obj))
+            and k == kernel_choices
         )
 
     def decide(
@@ -574,13 +619,14 @@ class Decider:
         node: NodeName,
         *,
         changed: Collection[ServiceKey] | None = None,
+        kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
     ) -> Decision:
         node_obj = snapshot.nodes.get(node)
         before: dict[PeerName, dict[IPNetwork, RouteAttributes]] | None = None
-        if self._ctx is None or not self._same_context(config, node, node_obj):
+        if self._ctx is None or not self._same_context(config, node, node_obj, kernel_choices):
             before = self._by_peer
-            self._key = (config, node, node_obj)
-            self._reset(_context(config, node_obj, node))
+            self._key = (config, node, node_obj, dict(kernel_choices))
+            self._reset(_context(config, node_obj, node, kernel_choices))
             changed = None
         ctx = self._ctx
         assert ctx is not None
@@ -636,7 +682,12 @@ class Decider:
         else:
             self.last_changes = None
             self.desired_changed = before != self._by_peer
-        return Decision(node=node, routes=self._sorted_routes, skipped=self._sorted_skips)
+        return Decision(
+            node=node,
+            routes=self._sorted_routes,
+            skipped=self._sorted_skips,
+            peers_skipped=ctx.plan.node_peers.skipped,
+        )
 
     def _add(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
         for skip in part.skips:

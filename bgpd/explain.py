@@ -24,6 +24,8 @@ from bgpd.model import (
     Decision,
     NodeName,
     PeerName,
+    PeerSkip,
+    PeerSkipReason,
     Route,
     RouteAttributes,
     ServiceKey,
@@ -60,7 +62,9 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     IP) gives one entry per Service with the same prefix, peer and attributes, so a
     consumer can always group by "service". Skipped entries have "ip" only when the
     reason concerns one IP of the Service and "detail" only when there is more to say
-    than the reason. With `service`, only that Service's entries are kept.
+    than the reason. With `service`, only that Service's entries are kept. "peersSkipped",
+    present when the node has no session with some BGPPeer, lists those peers and why
+    (never filtered by `service`: they concern every Service).
     """
     routes: list[JSONValue] = [
         {
@@ -82,7 +86,19 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
         if s.detail:
             entry["detail"] = s.detail
         skipped.append(entry)
-    return {"node": decision.node, "routes": routes, "skipped": skipped}
+    out: dict[str, JSONValue] = {"node": decision.node, "routes": routes, "skipped": skipped}
+    if decision.peers_skipped:
+        out["peersSkipped"] = [peer_skip_json(p) for p in decision.peers_skipped]
+    return out
+
+
+def peer_skip_json(skip: PeerSkip) -> dict[str, JSONValue]:
+    """A peer the node has no session with: "peer", "reason", and "detail" when there is
+    more to say than the reason."""
+    entry: dict[str, JSONValue] = {"peer": skip.peer, "reason": skip.reason.value}
+    if skip.detail:
+        entry["detail"] = skip.detail
+    return entry
 
 
 def decision_from_json(doc: Mapping[str, Any]) -> Decision:
@@ -114,7 +130,17 @@ def decision_from_json(doc: Mapping[str, Any]) -> Decision:
             )
             for s in doc["skipped"]
         )
-        return Decision(node=NodeName(doc["node"]), routes=routes, skipped=skipped)
+        # Absent in answers of speakers older than peers_for_node().
+        peers_skipped = tuple(
+            PeerSkip(PeerName(p["peer"]), PeerSkipReason(p["reason"]), p.get("detail", ""))
+            for p in doc.get("peersSkipped", ())
+        )
+        return Decision(
+            node=NodeName(doc["node"]),
+            routes=routes,
+            skipped=skipped,
+            peers_skipped=peers_skipped,
+        )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a decision document: missing or bad {exc}") from exc
 
@@ -151,7 +177,8 @@ def _optional(value: int | None) -> str:
 
 def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = None) -> str:
     """A text table per node: routes (service, prefix, peer, attributes), then the
-    Services not announced with their reason. Large communities show as
+    Services not announced with their reason, then the peers the node has no session
+    with and why. Large communities show as
     `large:a:b:c`, as they are written in config, so they stand apart from standard ones."""
     lines: list[str] = []
     for d in decisions:
@@ -191,4 +218,8 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
                 for s in skipped
             ]
             lines += _table(("SERVICE", "REASON", "IP", "DETAIL"), rows, "  ")
+        if d.peers_skipped:
+            lines.append("  no session (no route goes to these peers):")
+            rows = [[p.peer, p.reason.value, p.detail] for p in d.peers_skipped]
+            lines += _table(("PEER", "REASON", "DETAIL"), rows, "  ")
     return "\n".join(lines) + "\n" if lines else ""

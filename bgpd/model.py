@@ -446,6 +446,27 @@ class SkipReason(StrEnum):
     INVALID_ANNOTATION = "invalidAnnotation"
 
 
+class PeerSkipReason(StrEnum):
+    """Why a BGPPeer has no session from a node (so no route goes to it from there).
+
+    The same strings appear in `explain`, logs and render warnings."""
+
+    #: The peer's nodeSelectors do not match the node's labels (MetalLB's rule).
+    NODE_SELECTORS = "nodeSelectorsDoNotMatch"
+    #: No sourceAddress, no kernel route to the peer, no InternalIP of the peer's family:
+    #: ExaBGP cannot open the session (it needs a local-address for `next-hop self`).
+    NO_LOCAL_ADDRESS = "noLocalAddress"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerSkip:
+    """A BGPPeer this node opens no session to, and why."""
+
+    peer: PeerName
+    reason: PeerSkipReason
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class RouteAttributes:
     """Path attributes of one announced prefix. Next hop is always `self` (the session's
@@ -483,6 +504,9 @@ class Decision:
     node: NodeName
     routes: tuple[Route, ...] = ()
     skipped: tuple[Skip, ...] = ()
+    #: BGPPeers this node has no session with (bgpd.peers.peers_for_node): no route in
+    #: `routes` goes to them; `explain` shows them with the reason.
+    peers_skipped: tuple[PeerSkip, ...] = ()
 
     def by_peer(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
         """The desired set in the shape the ExaBGP driver's apply() takes."""

@@ -27,7 +27,8 @@ Public API (the Kubernetes watcher implements SnapshotSource against it):
 * ``RouteSink``: ``apply(desired)`` (the ExaBGP driver); optionally
   ``apply_changes(desired, changed)`` (``ChangeSink``): only the prefixes in ``changed``
   (per peer) may differ from the previous apply; ``desired`` is read, never kept.
-* ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0)``. A pass has
+* ``Reconciler(config=..., node=..., source=..., sink=..., debounce=0.0,
+  kernel_choices=None)``. A pass has
   two halves so that its caller can act between them from what the pass decided, never
   by reading the reconciler back: ``decide(first_change) -> Pass | None`` (None: gated)
   and ``apply(pass_) -> PassResult`` (decision, snapshot, changes, desired_changed,
@@ -46,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -58,11 +59,14 @@ from bgpd.model import (
     Config,
     Decision,
     DesiredRoutes,
+    IPAddress,
     IPNetwork,
+    Node,
     NodeName,
     PeerName,
     ServiceKey,
 )
+from bgpd.peers import NO_KERNEL_CHOICES
 
 _logger = logging.getLogger("bgpd.reconciler")
 
@@ -108,6 +112,11 @@ class ChangeSink(Protocol):
         ...
 
 
+#: (config, this Node or None) -> the kernel's source address per peer (I/O, the
+#: speaker's; asked once per pass).
+KernelChoices = Callable[[Config, Node | None], Mapping[PeerName, IPAddress | None]]
+
+
 @dataclass(frozen=True, slots=True)
 class Pass:
     """A decided pass, not applied yet: what the caller needs before the apply (the
@@ -123,6 +132,9 @@ class Pass:
     #: time.monotonic() of the first change this pass answers, and of its start.
     first_change: float
     started: float
+    #: The kernel's source address per peer this pass decided with (bgpd.peers): the
+    #: rendering of the same pass uses the same answer.
+    kernel_choices: Mapping[PeerName, IPAddress | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,8 +161,13 @@ class Reconciler:
         source: SnapshotSource,
         sink: RouteSink,
         debounce: float = 0.0,
+        kernel_choices: KernelChoices | None = None,
     ) -> None:
         self.config = config
+        #: Asked once per pass: the source address the kernel picks to reach each peer
+        #: (decide() routes only to peers with a local address, bgpd.peers). None: no
+        #: kernel at hand, the rule uses sourceAddress and the Node's InternalIP.
+        self.kernel_choices = kernel_choices
         self.node = node
         self.source = source
         self.sink = sink
@@ -212,7 +229,14 @@ class Reconciler:
         self._decider_current = False
         # A decided pass that is never applied (its caller raised) breaks the chain.
         self._sink_current_at_decide, self._sink_current = self._sink_current, False
-        decision = decider.decide(self.config, snapshot, self.node, changed=changed)
+        kernel = (
+            NO_KERNEL_CHOICES
+            if self.kernel_choices is None
+            else self.kernel_choices(self.config, snapshot.nodes.get(self.node))
+        )
+        decision = decider.decide(
+            self.config, snapshot, self.node, changed=changed, kernel_choices=kernel
+        )
         self._decider_current = self._changes_of is not None
         return Pass(
             config=self.config,
@@ -220,6 +244,7 @@ class Reconciler:
             decision=decision,
             changes=decider.last_changes,
             desired_changed=decider.desired_changed,
+            kernel_choices=kernel,
             first_change=first_change,
             started=started,
         )

@@ -9,12 +9,12 @@ with ``KUBE_BGPD_UPDATE_GOLDEN=1``).
 
 Rules and why (see shared lab notes, measured on ExaBGP 5.0.15):
 
-* one ``neighbor`` per BGPPeer whose nodeSelectors match the node; each session carries
-  one address family, the peer's (an IPv4 route on an IPv6 session would get the
+* one ``neighbor`` per BGPPeer the node has a session with (bgpd.peers.peers_for_node:
+  nodeSelectors match, and a local address exists); each session carries one address
+  family, the peer's (an IPv4 route on an IPv6 session would get the
   router-id as next hop; an IPv6 route with ``next-hop self`` on an IPv4 session errors);
 * ``local-address`` is mandatory: ExaBGP 5.0.15 rejects ``next-hop self`` without it, and
-  ``next-hop self`` resolves to it. Order: sourceAddress, else the kernel's choice to
-  reach the peer, else the Node's InternalIP of the family;
+  ``next-hop self`` resolves to it (bgpd.peers.local_address says which);
 * ``router-id``: routerID, else this node's IPv4 local address (an IPv6-only node falls
   back to the low 32 bits of its IPv6 local address, which RFC 6286 allows as long as it
   is unique in the AS);
@@ -46,14 +46,14 @@ from bgpd.exabgp.errors import RenderError
 # (ExaBGP passes its environment on to the processes it spawns).
 from bgpd.exabgp.helper import GENERATION_ENV, SOCKET_ENV
 from bgpd.model import (
-    EMPTY_LABELS,
     BGPPeer,
     Config,
     IPAddress,
     Node,
     PeerName,
-    selectors_match,
+    PeerSkipReason,
 )
+from bgpd.peers import internal_ip, peers_for_node
 
 #: Name of the API process in ExaBGP's configuration.
 PROCESS_NAME = "kube-bgpd"
@@ -102,45 +102,6 @@ class Rendering:
     warnings: tuple[str, ...] = ()
 
 
-def node_labels(node: Node | None) -> Mapping[str, str]:
-    """Labels of this node; a node the cluster does not (yet) know has none."""
-    return EMPTY_LABELS if node is None else node.labels
-
-
-def internal_ip(node: Node | None, version: int) -> IPAddress | None:
-    """The Node's first InternalIP of an address family, from status.addresses."""
-    if node is None:
-        return None
-    for kind, text in node.addresses:
-        if kind != "InternalIP":
-            continue
-        try:
-            ip = ipaddress.ip_address(text)
-        except ValueError:
-            continue
-        if ip.version == version:
-            return ip
-    return None
-
-
-def selected_peers(config: Config, node: Node | None) -> tuple[BGPPeer, ...]:
-    """BGPPeers this node opens a session to: nodeSelectors match its labels (none = all)."""
-    labels = node_labels(node)
-    return tuple(p for p in config.peers if selectors_match(p.node_selectors, labels))
-
-
-def local_address(
-    peer: BGPPeer, *, kernel_choice: IPAddress | None, node: Node | None
-) -> IPAddress | None:
-    """sourceAddress, else the kernel's choice to reach the peer (resolved by the caller,
-    only if of the peer's family), else the Node's InternalIP of the peer's family."""
-    if peer.source_address is not None:
-        return peer.source_address
-    if kernel_choice is not None and kernel_choice.version == peer.family:
-        return kernel_choice
-    return internal_ip(node, peer.family)
-
-
 def resolve_neighbors(
     config: Config,
     node: Node | None,
@@ -148,23 +109,20 @@ def resolve_neighbors(
     kernel_choices: Mapping[PeerName, IPAddress | None],
     passwords: Mapping[PeerName, str | None],
 ) -> tuple[tuple[Neighbor, ...], tuple[str, ...]]:
-    """Turn the selected BGPPeers into Neighbors. A peer with no usable local address is
+    """Turn the peers this node has a session with (bgpd.peers.peers_for_node, the rule
+    decide() follows too) into Neighbors. A selected peer with no usable local address is
     left out with a warning (ExaBGP would reject the whole file for it)."""
-    warnings: list[str] = []
-    chosen: list[tuple[BGPPeer, IPAddress]] = []
-    for peer in selected_peers(config, node):
-        addr = local_address(peer, kernel_choice=kernel_choices.get(peer.name), node=node)
-        if addr is None:
-            warnings.append(
-                f"BGPPeer {peer.name}: no local address of IPv{peer.family} "
-                "(no sourceAddress, no route to the peer, no InternalIP): session skipped"
-            )
-            continue
-        chosen.append((peer, addr))
-    v4 = [a for _, a in chosen if isinstance(a, ipaddress.IPv4Address)]
+    chosen = peers_for_node(config, node, kernel_choices=kernel_choices)
+    warnings = [
+        f"BGPPeer {s.peer}: {s.detail}: session skipped"
+        for s in chosen.skipped
+        if s.reason is PeerSkipReason.NO_LOCAL_ADDRESS
+    ]
+    v4 = [s.local_address for s in chosen.sessions if s.local_address.version == 4]
     fallback_v4 = v4[0] if v4 else internal_ip(node, 4)
     neighbors: list[Neighbor] = []
-    for peer, addr in chosen:
+    for session in chosen.sessions:
+        peer, addr = session.peer, session.local_address
         rid = peer.router_id
         if rid is None and isinstance(fallback_v4, ipaddress.IPv4Address):
             rid = fallback_v4

@@ -71,7 +71,16 @@ from bgpd.metrics import (
     WatchMetrics,
     metrics_routes,
 )
-from bgpd.model import ClusterSnapshot, Config, DesiredRoutes, NodeName, PeerName, SigtermAction
+from bgpd.model import (
+    ClusterSnapshot,
+    Config,
+    DesiredRoutes,
+    IPAddress,
+    Node,
+    NodeName,
+    PeerName,
+    SigtermAction,
+)
 from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import drain
@@ -209,7 +218,12 @@ class Speaker:
         )
         self.driver = self.runtime.driver
         self.reconciler = Reconciler(
-            config=config, node=node, source=source, sink=self.driver, debounce=sc.debounce
+            config=config,
+            node=node,
+            source=source,
+            sink=self.driver,
+            debounce=sc.debounce,
+            kernel_choices=self.kernel_choices,
         )
         self.status_server = StatusServer(status_address, self)
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
@@ -252,7 +266,22 @@ class Speaker:
             async for first_change in batches:
                 self.reconcile_once(first_change)
 
-    def render_now(self, snapshot: ClusterSnapshot) -> Rendering:
+    def kernel_choices(
+        self, config: Config, node: Node | None
+    ) -> Mapping[PeerName, IPAddress | None]:
+        """The kernel's source address per peer (render_inputs caches it), asked once per
+        reconciler pass; the pass carries the answer to its rendering, so decide() and
+        render see the same addresses."""
+        del config  # render_inputs holds the config in force (set_config on reload)
+        return self.render_inputs.kernel_choices(node)
+
+    def render_now(
+        self,
+        snapshot: ClusterSnapshot,
+        kernel_choices: Mapping[PeerName, IPAddress | None] | None = None,
+    ) -> Rendering:
+        """ExaBGP's configuration for this Node; ``kernel_choices``: the answer the pass
+        decided with (None: ask render_inputs now)."""
         node = snapshot.nodes.get(self.node)
         secrets: Mapping[PeerName, str] = (
             self._secrets.secret_passwords() if self._secrets is not None else {}
@@ -260,7 +289,9 @@ class Speaker:
         return render(
             self.config,
             node,
-            kernel_choices=self.render_inputs.kernel_choices(node),
+            kernel_choices=self.render_inputs.kernel_choices(node)
+            if kernel_choices is None
+            else kernel_choices,
             passwords=self.render_inputs.passwords(secrets),
             helper_argv=helper_argv(),
         )
@@ -270,7 +301,7 @@ class Speaker:
         if self._observer is not None:
             self._observer.observe_decision(decided.decision, changes=decided.changes)
         try:
-            rendering = self.render_now(decided.snapshot)
+            rendering = self.render_now(decided.snapshot, decided.kernel_choices)
         except (ExaBGPError, ValueError) as exc:
             # Keep the running ExaBGP and its configuration; say why.
             self.render_error = str(exc)

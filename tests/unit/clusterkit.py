@@ -190,11 +190,23 @@ def eps(key: str, *endpoints: Endpoint, name: str | None = None) -> EndpointSlic
     )
 
 
-def node(name: str, *, unavailable: bool = False, **labels: str) -> Node:
+#: A node's status.addresses unless a test says otherwise: an InternalIP of each family,
+#: so every peer has a local address (bgpd.peers) and sessions depend on selectors only.
+NODE_ADDRESSES = (("InternalIP", "172.31.250.11"), ("InternalIP", "fd00:99:250::11"))
+
+
+def node(
+    name: str,
+    *,
+    unavailable: bool = False,
+    addresses: tuple[tuple[str, str], ...] = NODE_ADDRESSES,
+    **labels: str,
+) -> Node:
     return Node(
         name=NodeName(name),
         labels=frozen_map({"kubernetes.io/hostname": name, **labels}),
         network_unavailable=unavailable,
+        addresses=addresses,
     )
 
 

@@ -19,6 +19,10 @@ from bgpd.config import (
     load_config_or_raise,
     parse_text,
 )
+from bgpd.config import schema as config_schema
+from bgpd.config.fields import field
+from bgpd.config.speaker_config import SPEAKER
+from bgpd.model import SpeakerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "config" / "examples"
@@ -302,3 +306,26 @@ def test_schema_and_loader_accept_the_same_spec_fields() -> None:
             key = (props["apiVersion"]["const"], props["kind"]["const"])
             in_schema[key] = set(props["spec"]["properties"])
     assert in_schema == {key: set(fields) for key, fields in SPEC_FIELDS.items()}
+
+
+def test_committed_schema_is_the_generated_one() -> None:
+    """config/schema.json is generated from the field table; regenerate it with
+    `python -m bgpd.config.schema > config/schema.json`."""
+    assert SCHEMA.read_text() == config_schema.render()
+
+
+def test_speaker_config_defaults_in_the_table_are_the_model_defaults() -> None:
+    d = SpeakerConfig()
+    defaults = {
+        "loadBalancerClass": d.load_balancer_class,
+        "ignoreExcludeLB": d.ignore_exclude_lb,
+        "exabgpBinary": d.exabgp_binary,
+        "workDir": str(d.work_dir),
+        "metricsAddress": d.metrics_address,
+        "debounce": d.debounce,
+        "logFormat": d.log_format.value,
+        "drainWindow": f"{d.drain_window:g}s",
+        "onSigterm": d.on_sigterm.value,
+        "listen": d.listen,
+    }
+    assert {k: field(SPEAKER.spec, k).default for k in defaults} == defaults

@@ -148,7 +148,13 @@ def test_unknown_node_and_service_warn() -> None:
         "--config", CONFIG, "--cluster", CLUSTER, "--node", "n9", "--output", "json", "shop/nope"
     )
     assert done.returncode == 0
-    assert json.loads(done.stdout) == {"node": "n9", "routes": [], "skipped": []}
+    answer = json.loads(done.stdout)
+    assert answer["routes"] == answer["skipped"] == []
+    # An unknown node has no InternalIP, so no session (the speaker would open none).
+    assert [(p["peer"], p["reason"]) for p in answer["peersSkipped"]] == [
+        ("tor-a", "noLocalAddress"),
+        ("tor-a-v6", "noLocalAddress"),
+    ]
     assert "warning: node n9 is not in" in done.stderr
     assert "warning: Service shop/nope is not in" in done.stderr
 

@@ -1,4 +1,5 @@
-"""Rendering of ExaBGP's configuration: golden files, selection and address resolution.
+"""Rendering of ExaBGP's configuration: golden files, neighbors and their resolution
+(which peers get a session: tests/unit/test_peers.py).
 
 Golden files live in tests/data/golden/; regenerate with KUBE_BGPD_UPDATE_GOLDEN=1 and
 review the diff. The real ``exabgp validate`` checks every golden rendering."""
@@ -17,11 +18,9 @@ from bgpd.exabgp.errors import RenderError
 from bgpd.exabgp.render import (
     GENERATION_ENV,
     SOCKET_ENV,
-    local_address,
     render,
     render_config,
     render_env,
-    selected_peers,
 )
 from bgpd.model import (
     BGPPeer,
@@ -128,50 +127,6 @@ def test_golden(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_node_selectors_pick_peers() -> None:
-    config = CASES[3].values[0]
-    assert [p.name for p in selected_peers(config, NODE)] == ["a-v4", "b-v6"]
-    # No Node object: empty labels, so only selector-less peers.
-    assert [p.name for p in selected_peers(config, None)] == ["a-v4", "b-v6"]
-    other = Node(name=NodeName("node2"), labels=frozen_map({"rack": "r2"}))
-    assert [p.name for p in selected_peers(config, other)] == ["a-v4", "b-v6", "c-other-rack"]
-
-
-@pytest.mark.parametrize(
-    ("p", "kernel", "node", "expected"),
-    [
-        pytest.param(
-            peer("x", "172.31.250.1", source_address=ip("10.1.1.1")),
-            ip("172.31.250.50"),
-            NODE,
-            "10.1.1.1",
-            id="source-address-wins",
-        ),
-        pytest.param(
-            peer("x", "172.31.250.1"),
-            ip("172.31.250.50"),
-            NODE,
-            "172.31.250.50",
-            id="kernel-choice",
-        ),
-        pytest.param(
-            peer("x", "172.31.250.1"),
-            ip("fd00::1"),
-            NODE,
-            "172.31.250.11",
-            id="kernel-choice-wrong-family",
-        ),
-        pytest.param(
-            peer("x", "fd00:99:250::1"), None, NODE, "fd00:99:250::11", id="internal-ip-v6"
-        ),
-        pytest.param(peer("x", "172.31.250.1"), None, None, None, id="nothing"),
-    ],
-)
-def test_local_address(p: BGPPeer, kernel: object, node: Node | None, expected: str | None) -> None:
-    got = local_address(p, kernel_choice=kernel, node=node)  # type: ignore[arg-type]
-    assert (None if got is None else str(got)) == expected
 
 
 def test_peer_without_local_address_is_skipped_with_warning() -> None:

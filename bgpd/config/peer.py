@@ -1,0 +1,325 @@
+"""BGPPeer (metallb.io/v1beta2 and v1beta1): ASNs, addresses, timers, passwords."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final
+
+from bgpd.config.fields import (
+    METALLB_V1BETA1,
+    METALLB_V1BETA2,
+    NO_CONTROL,
+    Field,
+    KindTable,
+    bounds,
+    definition,
+    field,
+    names,
+)
+from bgpd.config.issues import MISSING, Doc
+from bgpd.config.parsed import Parsed
+from bgpd.config.values import (
+    DNS_LABEL_RE,
+    dns_subdomain_error,
+    join_path,
+    read_bool,
+    read_fields,
+    read_int,
+    read_ip,
+    read_selectors,
+    read_text,
+    read_whole_seconds,
+    show,
+)
+from bgpd.model import (
+    BGPPeer,
+    PeerName,
+    SecretRef,
+)
+
+#: Linux TCP_MD5SIG_MAXKEYLEN; ExaBGP enforces the same limit.
+MAX_MD5_PASSWORD = 80
+
+
+_PEER_FIELDS: Final = (
+    Field("myASN", ref="asn", required=True),
+    Field("peerASN", ref="asn", required=True),
+    Field("peerAddress", ref="ip", required=True),
+    Field("peerPort", ref="port", default=179),
+    Field("sourceAddress", ref="ip"),
+    Field("routerID", type="string", format="ipv4"),
+    Field("holdTime", ref="duration", default="90s"),
+    Field(
+        "keepaliveTime",
+        ref="duration",
+        description="Only holdTime/3 (what ExaBGP sends) is accepted.",
+    ),
+    Field("password", type="string", max_length=MAX_MD5_PASSWORD, pattern=NO_CONTROL),
+    Field(
+        "passwordFile",
+        type="string",
+        pattern="^/" + NO_CONTROL[1:],
+        description="kube-bgpd extension: an absolute path to a file holding the TCP MD5 key.",
+    ),
+    Field("ebgpMultiHop", type="boolean", default=False),
+    Field("nodeSelectors", ref="labelSelectors"),
+    Field("bfdProfile", type="string", description="Refused by the loader: ExaBGP has no BFD."),
+)
+#: Fields metallb.io/v1beta2 added to BGPPeer.
+_PEER_V1BETA2_ONLY: Final = (
+    Field(
+        "connectTime",
+        ref="duration",
+        description="Refused by the loader: ExaBGP's connect retry is fixed.",
+    ),
+    Field(
+        "passwordSecret",
+        type="object",
+        fields=(Field("name", ref="name", required=True), Field("namespace", ref="namespace")),
+    ),
+    Field("enableGracefulRestart", type="boolean", default=False),
+)
+PEER_V1BETA2: Final = KindTable(
+    kind="BGPPeer",
+    api_version=METALLB_V1BETA2,
+    definition="BGPPeerV1beta2",
+    description="MetalLB BGPPeer (current version).",
+    spec_required=True,
+    spec=_PEER_FIELDS + _PEER_V1BETA2_ONLY,
+)
+#: The older metallb.io/v1beta1 BGPPeer has a subset of the fields (same meaning).
+PEER_V1BETA1: Final = KindTable(
+    kind="BGPPeer",
+    api_version=METALLB_V1BETA1,
+    definition="BGPPeerV1beta1",
+    description="MetalLB BGPPeer (older version; same meaning).",
+    spec_required=True,
+    spec=_PEER_FIELDS,
+)
+_PEER_UNSUPPORTED: Final = {
+    "dynamicASN": "kube-bgpd needs an explicit peerASN (an ExaBGP neighbor has one peer-as)",
+    "localASN": "ExaBGP has no local-as replacement; set myASN instead",
+    "interface": "ExaBGP cannot peer over an interface (BGP unnumbered); set peerAddress",
+    "vrf": "kube-bgpd peers only in the default VRF",
+    "disableMP": "kube-bgpd always runs one session per address family",
+    "dualStackAddressFamily": "kube-bgpd runs one session per address family; add a BGPPeer "
+    "for the other family",
+}
+
+
+def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> BGPPeer | None:
+    table = PEER_V1BETA2 if version == METALLB_V1BETA2 else PEER_V1BETA1
+    f = read_fields(doc, "spec", spec, names(table.spec), _PEER_UNSUPPORTED)
+    if f is None:
+        return None
+    before = doc.errors
+
+    def required(key: str) -> object:
+        v = f.get(key, MISSING)
+        if v is MISSING or v is None:
+            doc.error(f"spec.{key}", "is required")
+            return MISSING
+        return v
+
+    # RFC 6793 four-octet ASNs; MetalLB: "missing local ASN" for 0.
+    my_asn = peer_asn = None
+    if (v := required("myASN")) is not MISSING:
+        if v == 0 and not isinstance(v, bool):
+            doc.error("spec.myASN", "must not be 0 (missing local ASN)")
+        else:
+            my_asn = read_int(doc, "spec.myASN", v, *bounds(definition("asn")))
+    if (v := required("peerASN")) is not MISSING:
+        if v == 0 and not isinstance(v, bool):
+            doc.error("spec.peerASN", "must not be 0 (missing peer ASN)")
+        else:
+            peer_asn = read_int(doc, "spec.peerASN", v, *bounds(definition("asn")))
+    peer_address = None
+    if (v := required("peerAddress")) is not MISSING:
+        peer_address = read_ip(doc, "spec.peerAddress", v)
+    port = 179
+    if "peerPort" in f and f["peerPort"] is not None:
+        port = read_int(doc, "spec.peerPort", f["peerPort"], *bounds(definition("port"))) or 179
+    source = None
+    if "sourceAddress" in f and f["sourceAddress"] not in (None, ""):
+        source = read_ip(doc, "spec.sourceAddress", f["sourceAddress"])
+        if (
+            source is not None
+            and peer_address is not None
+            and source.version != peer_address.version
+        ):
+            doc.error(
+                "spec.sourceAddress",
+                f"{source} is IPv{source.version} but peerAddress {peer_address} is "
+                f"IPv{peer_address.version}",
+            )
+    router_id = None
+    if "routerID" in f and f["routerID"] not in (None, ""):
+        rid = read_ip(doc, "spec.routerID", f["routerID"])
+        if isinstance(rid, ipaddress.IPv6Address):
+            doc.error(
+                "spec.routerID", f"{rid}: must be an IPv4 address (a BGP identifier is 32 bits)"
+            )
+        elif rid is not None:
+            router_id = rid
+
+    hold_time, keepalive = _timers(doc, f)
+
+    if "connectTime" in f and f["connectTime"] is not None:
+        doc.error(
+            "spec.connectTime",
+            "not supported: ExaBGP's connect retry is fixed (it backs off up to 60 s); "
+            "set SpeakerConfig spec.listen: true so routers can reconnect at once",
+        )
+
+    password = None
+    if "password" in f and f["password"] not in (None, ""):
+        password = _password(doc, "spec.password", f["password"])
+    secret = None
+    if "passwordSecret" in f and f["passwordSecret"] is not None:
+        secret = _secret_ref(doc, "spec.passwordSecret", f["passwordSecret"])
+    password_file = None
+    if "passwordFile" in f and f["passwordFile"] not in (None, ""):
+        pf = read_text(doc, "spec.passwordFile", f["passwordFile"])
+        if pf is not None and not os.path.isabs(pf):
+            doc.error("spec.passwordFile", f"{pf!r} must be an absolute path")
+        elif pf is not None:
+            password_file = Path(pf)
+    given = [
+        k
+        for k, v in (
+            ("password", password),
+            ("passwordSecret", secret),
+            ("passwordFile", password_file),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        # MetalLB: "can not have both password and secret ref set"; passwordFile likewise.
+        doc.error("spec", f"{' and '.join(given)} are mutually exclusive: set one")
+
+    multihop = False
+    if "ebgpMultiHop" in f:
+        multihop = read_bool(doc, "spec.ebgpMultiHop", f["ebgpMultiHop"]) is True
+        if multihop and my_asn is not None and my_asn == peer_asn:
+            # MetalLB: "invalid ebgp-multihop parameter set for an ibgp peer".
+            doc.error("spec.ebgpMultiHop", "must not be set for an iBGP peer (myASN == peerASN)")
+    graceful = False
+    if "enableGracefulRestart" in f:
+        graceful = read_bool(doc, "spec.enableGracefulRestart", f["enableGracefulRestart"]) is True
+    node_selectors = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
+
+    bfd = None
+    if "bfdProfile" in f and f["bfdProfile"] not in (None, ""):
+        bfd = read_text(doc, "spec.bfdProfile", f["bfdProfile"])
+        if bfd is not None:
+            out.bfd_references.append((bfd, doc))
+            doc.error(
+                "spec.bfdProfile",
+                "not supported: ExaBGP has no BFD (remove bfdProfile; see "
+                "docs/configuration.md for running a separate BFD daemon)",
+            )
+
+    if doc.errors != before or my_asn is None or peer_asn is None or peer_address is None:
+        return None
+    return BGPPeer(
+        name=PeerName(name),
+        my_asn=my_asn,
+        peer_asn=peer_asn,
+        peer_address=peer_address,
+        peer_port=port,
+        source_address=source,
+        router_id=router_id,
+        hold_time=hold_time,
+        keepalive_time=keepalive,
+        connect_time=None,
+        password=password,
+        password_secret=secret,
+        password_file=password_file,
+        ebgp_multihop=multihop,
+        enable_graceful_restart=graceful,
+        node_selectors=node_selectors or (),
+        bfd_profile=bfd,
+    )
+
+
+def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
+    """holdTime and keepaliveTime with MetalLB's rules (parseTimers): either one implies the
+    other (hold = 3 x keepalive), hold must be 0 or >= 3 s (RFC 4271 4.2), keepalive must
+    not exceed hold. ExaBGP always sends keepalives every hold/3, so another keepalive
+    cannot be honoured and is refused."""
+    hold: int | None = None
+    ka: int | None = None
+    if f.get("holdTime") is not None:
+        hold = read_whole_seconds(doc, "spec.holdTime", f["holdTime"])
+        if hold is None:
+            return 90, None
+        if 0 < hold < 3:
+            doc.error("spec.holdTime", f"{show(f['holdTime'])} is invalid: must be 0 or >= 3s")
+            return 90, None
+        if hold > 65535:
+            doc.error("spec.holdTime", f"{show(f['holdTime'])} is out of range (0-65535s)")
+            return 90, None
+    if f.get("keepaliveTime") is not None:
+        ka = read_whole_seconds(doc, "spec.keepaliveTime", f["keepaliveTime"])
+        if ka is None:
+            return hold if hold is not None else 90, None
+    if hold is None and ka is None:
+        return 90, None
+    if hold is None:
+        assert ka is not None
+        hold = ka * 3
+        if 0 < hold < 3 or hold > 65535:
+            doc.error(
+                "spec.keepaliveTime", f"{ka}s gives a hold time of {hold}s: must be 0 or 3-65535s"
+            )
+        return hold, ka
+    if ka is None:
+        return hold, None
+    if ka > hold:
+        doc.error("spec.keepaliveTime", f"{ka}s must not be greater than holdTime ({hold}s)")
+    elif ka != hold // 3:
+        doc.error(
+            "spec.keepaliveTime",
+            f"not supported: ExaBGP sends keepalives every holdTime/3 ({hold // 3}s); "
+            f"remove keepaliveTime or set it to {hold // 3}s",
+        )
+    return hold, ka
+
+
+def _password(doc: Doc, path: str, value: object) -> str | None:
+    """A TCP MD5 key (RFC 2385). The ExaBGP renderer writes it base64-encoded, so quotes and
+    backslashes are safe; control characters are still refused like any command text."""
+    text = read_text(doc, path, value)
+    if text is None:
+        return None
+    if len(text.encode()) > MAX_MD5_PASSWORD:
+        doc.error(path, f"must be at most {MAX_MD5_PASSWORD} bytes (the TCP MD5 key limit)")
+        return None
+    return text
+
+
+def _secret_ref(doc: Doc, path: str, value: object) -> SecretRef | None:
+    f = read_fields(
+        doc, path, value, names(field(_PEER_V1BETA2_ONLY, "passwordSecret").fields or ())
+    )
+    if f is None:
+        return None
+    name = f.get("name")
+    if name in (None, ""):
+        doc.error(join_path(path, "name"), "is required")
+        return None
+    text = read_text(doc, join_path(path, "name"), name)
+    if text is not None and (why := dns_subdomain_error(text)) is not None:
+        doc.error(join_path(path, "name"), why)
+        return None
+    namespace: str | None = None
+    if f.get("namespace") not in (None, ""):
+        ns = f["namespace"]
+        if not isinstance(ns, str) or not DNS_LABEL_RE.fullmatch(ns) or len(ns) > 63:
+            doc.error(join_path(path, "namespace"), f"{show(ns)} is not a valid namespace name")
+            return None
+        namespace = ns
+    return None if text is None else SecretRef(name=text, namespace=namespace)

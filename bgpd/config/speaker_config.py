@@ -1,0 +1,199 @@
+"""SpeakerConfig: kube-bgpd's own daemon settings (every field has a default)."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Final
+
+from bgpd.config.fields import KUBE_BGPD_V1ALPHA1, NO_CONTROL, Field, KindTable, names
+from bgpd.config.issues import Doc
+from bgpd.config.values import (
+    join_path,
+    read_bool,
+    read_duration,
+    read_fields,
+    read_int,
+    read_text,
+    show,
+)
+from bgpd.model import (
+    LogFormat,
+    MQTTConfig,
+    SigtermAction,
+    SpeakerConfig,
+)
+
+MQTT_FIELDS: Final = (
+    Field("host", ref="text", required=True),
+    Field("port", ref="port", default=1883),
+    Field(
+        "topicPrefix", type="string", pattern=r"^[^\u0000-\u001f\u007f+#]+$", default="kube-bgpd"
+    ),
+    Field("username", ref="text"),
+    Field("password", ref="text"),
+    Field("tls", type="boolean", default=False),
+)
+#: A duration string, or (our own kind only) a number of seconds.
+_SECONDS: Final = (Field(ref="duration"), Field(type="number", minimum=0))
+
+SPEAKER: Final = KindTable(
+    kind="SpeakerConfig",
+    api_version=KUBE_BGPD_V1ALPHA1,
+    definition="SpeakerConfig",
+    description="kube-bgpd's own daemon settings; every field has a default.",
+    spec=(
+        Field("loadBalancerClass", type="string", nullable=True, pattern=NO_CONTROL, default=None),
+        Field("ignoreExcludeLB", type="boolean", default=False),
+        Field("exabgpBinary", ref="text", default="exabgp"),
+        Field("workDir", ref="text", default="/run/kube-bgpd"),
+        Field(
+            "metricsAddress",
+            type="string",
+            pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+):[0-9]{1,5}$",
+            default="127.0.0.1:7473",
+        ),
+        Field("mqtt", type="object", nullable=True, fields=MQTT_FIELDS),
+        Field("debounce", any_of=_SECONDS, default=0),
+        Field("logFormat", enum=tuple(x.value for x in LogFormat), default="text"),
+        Field("drainWindow", any_of=_SECONDS, default="30s"),
+        Field(
+            "onSigterm",
+            enum=tuple(x.value for x in SigtermAction),
+            default="withdraw",
+            description="What a graceful stop (SIGTERM) does with the node's routes: withdraw "
+            "them; drain (RFC 8326) then withdraw; or retain them at graceful-restart peers "
+            "(stale until the next speaker refreshes them).",
+        ),
+        Field("listen", type="boolean", default=False),
+    ),
+)
+
+
+def _host_port(doc: Doc, path: str, value: object) -> str | None:
+    """HOST:PORT, IPv6 hosts in brackets; port 0 asks the kernel for a free one (tests)."""
+    text = read_text(doc, path, value)
+    if text is None:
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        doc.error(path, f"{text!r} must be HOST:PORT (IPv6 as [::1]:7473), port 0-65535")
+        return None
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            doc.error(path, f"{text!r}: {host} is not an IPv6 address")
+            return None
+    elif ":" in host:
+        doc.error(path, f"{text!r}: write an IPv6 host in brackets, e.g. [::1]:7473")
+        return None
+    return text
+
+
+def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
+    f = read_fields(doc, "spec", {} if spec is None else spec, names(SPEAKER.spec))
+    if f is None:
+        return None
+    before = doc.errors
+    d = SpeakerConfig()
+    lb_class = d.load_balancer_class
+    if f.get("loadBalancerClass") is not None:
+        lb_class = read_text(doc, "spec.loadBalancerClass", f["loadBalancerClass"])
+    ignore = d.ignore_exclude_lb
+    if f.get("ignoreExcludeLB") is not None:
+        ignore = read_bool(doc, "spec.ignoreExcludeLB", f["ignoreExcludeLB"]) is True
+    binary = d.exabgp_binary
+    if f.get("exabgpBinary") is not None:
+        binary = read_text(doc, "spec.exabgpBinary", f["exabgpBinary"]) or binary
+    work_dir = d.work_dir
+    if f.get("workDir") is not None:
+        wd = read_text(doc, "spec.workDir", f["workDir"])
+        if wd is not None:
+            work_dir = Path(wd)
+    metrics = d.metrics_address
+    if f.get("metricsAddress") is not None:
+        metrics = _host_port(doc, "spec.metricsAddress", f["metricsAddress"]) or metrics
+    mqtt = None
+    if f.get("mqtt") is not None:
+        mqtt = _mqtt(doc, "spec.mqtt", f["mqtt"])
+    debounce = d.debounce
+    if f.get("debounce") is not None:
+        got = read_duration(doc, "spec.debounce", f["debounce"], numbers=True)
+        debounce = float(got) if got is not None else debounce
+    log_format = d.log_format
+    if f.get("logFormat") is not None:
+        lf = f["logFormat"]
+        if lf not in {x.value for x in LogFormat}:
+            doc.error("spec.logFormat", f"{show(lf)} is not one of text, json")
+        else:
+            log_format = LogFormat(str(lf))
+    drain = d.drain_window
+    if f.get("drainWindow") is not None:
+        got = read_duration(doc, "spec.drainWindow", f["drainWindow"], numbers=True)
+        drain = float(got) if got is not None else drain
+    on_sigterm = d.on_sigterm
+    if f.get("onSigterm") is not None:
+        action = f["onSigterm"]
+        if action not in {x.value for x in SigtermAction}:
+            doc.error(
+                "spec.onSigterm",
+                f"{show(action)} is not one of {', '.join(x.value for x in SigtermAction)}",
+            )
+        else:
+            on_sigterm = SigtermAction(str(action))
+    listen = d.listen
+    if f.get("listen") is not None:
+        listen = read_bool(doc, "spec.listen", f["listen"]) is True
+    if doc.errors != before:
+        return None
+    return SpeakerConfig(
+        load_balancer_class=lb_class,
+        ignore_exclude_lb=ignore,
+        exabgp_binary=binary,
+        work_dir=work_dir,
+        metrics_address=metrics,
+        mqtt=mqtt,
+        debounce=debounce,
+        log_format=log_format,
+        drain_window=drain,
+        on_sigterm=on_sigterm,
+        listen=listen,
+    )
+
+
+def _mqtt(doc: Doc, path: str, value: object) -> MQTTConfig | None:
+    f = read_fields(doc, path, value, names(MQTT_FIELDS))
+    if f is None:
+        return None
+    before = doc.errors
+    host = None
+    if f.get("host") in (None, ""):
+        doc.error(join_path(path, "host"), "is required")
+    else:
+        host = read_text(doc, join_path(path, "host"), f["host"])
+    d = MQTTConfig(host="")
+    port = d.port
+    if f.get("port") is not None:
+        port = read_int(doc, join_path(path, "port"), f["port"], 1, 65535) or port
+    prefix = d.topic_prefix
+    if f.get("topicPrefix") is not None:
+        got = read_text(doc, join_path(path, "topicPrefix"), f["topicPrefix"])
+        if got is not None and ("+" in got or "#" in got):
+            doc.error(
+                join_path(path, "topicPrefix"), f"{got!r}: MQTT wildcards + and # are not allowed"
+            )
+        prefix = got or prefix
+    username = password = None
+    if f.get("username") is not None:
+        username = read_text(doc, join_path(path, "username"), f["username"])
+    if f.get("password") is not None:
+        password = read_text(doc, join_path(path, "password"), f["password"])
+    tls = d.tls
+    if f.get("tls") is not None:
+        tls = read_bool(doc, join_path(path, "tls"), f["tls"]) is True
+    if doc.errors != before or host is None:
+        return None
+    return MQTTConfig(
+        host=host, port=port, topic_prefix=prefix, username=username, password=password, tls=tls
+    )
