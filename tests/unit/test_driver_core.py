@@ -395,10 +395,13 @@ PREFIXES = [net(f"10.0.0.{i}/32") for i in range(1, 6)] + [
 PEERS = [GR, IBGP, V6, UNKNOWN]
 attrs = st.sampled_from([PLAIN, TAGGED, RouteAttributes(med=5)])
 route_sets = st.dictionaries(
-    st.sampled_from(PEERS), st.dictionaries(st.sampled_from(PREFIXES), attrs, max_size=6)
+    st.sampled_from(PEERS),
+    st.dictionaries(st.sampled_from(PREFIXES), attrs, min_size=1, max_size=6),
+    min_size=1,
 )
 changes = st.lists(
     st.tuples(st.sampled_from(PEERS), st.sampled_from(PREFIXES), st.none() | attrs),
+    min_size=1,
     max_size=6,
 )
 
@@ -474,6 +477,13 @@ class Interleavings(RuleBasedStateMachine):
                 else:
                     routes[prefix] = a
         self.core.on_ack(done, self.now)
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule(done=st.booleans())
+    def answer_every_outstanding(self, done: bool) -> None:
+        """A burst of answers, all ``done`` or all ``error`` (ExaBGP refusing a run)."""
+        while self.outstanding:
+            self.answer(done)
 
     @rule(peer=st.sampled_from([GR, IBGP, V6]), up=st.booleans())
     def session(self, peer: PeerName, up: bool) -> None:
@@ -558,7 +568,7 @@ class Interleavings(RuleBasedStateMachine):
 
 TestInterleavings = Interleavings.TestCase
 TestInterleavings.settings = settings(
-    max_examples=150,
+    max_examples=250,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
