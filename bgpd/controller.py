@@ -103,7 +103,7 @@ def _ips_text(ips: Iterable[IPAddress]) -> str:
     return "[" + ", ".join(f'"{ip}"' for ip in ips) + "]"
 
 
-def plan(
+def cluster_writes(
     services: Iterable[Service],
     result: AllocationResult,
     load_balancer_class: str | None,
@@ -348,7 +348,7 @@ class Controller:
         services = self._overlay(snapshot)
         result = allocate(self.config, services, snapshot.namespaces)
         self.last_result = result
-        writes, self._reported = plan(
+        writes, self._reported = cluster_writes(
             services, result, self.config.speaker.load_balancer_class, self._reported
         )
         self.rounds += 1

@@ -227,7 +227,7 @@ def _names(names: Iterable[str]) -> str:
 
 
 @dataclass(slots=True)
-class _Plan:
+class _NodeScope:
     """What is fixed for one decide() call: this node's peers and advertisements, and a
     cache of the (advertisement, peer) pairs per (pool, family), so 10,000 Services cost
     10,000 dictionary look-ups rather than 10,000 scans of the config."""
@@ -371,13 +371,18 @@ def prefix_text(prefix: IPNetwork) -> str:
     return str(prefix)
 
 
-def route_sort_key(route: Route) -> tuple[str, int, int, int]:
+#: A route's place in a Decision's order, unique per route: (peer, IP version, address,
+#: prefix length).
+RouteKey = tuple[PeerName, int, int, int]
+
+
+def route_sort_key(route: Route) -> RouteKey:
     return route_key(route.peer, route.prefix)
 
 
-def route_key(peer: str, prefix: IPNetwork) -> tuple[str, int, int, int]:
-    """route_sort_key of the route at (peer, prefix), to find it in a Decision by
-    bisection."""
+def route_key(peer: PeerName, prefix: IPNetwork) -> RouteKey:
+    """route_sort_key of the route at (peer, prefix): to find it in a Decision by
+    bisection, and the Decider's key for the contributions to one route."""
     return (peer, prefix.version, int(prefix.network_address), prefix.prefixlen)
 
 
@@ -413,7 +418,7 @@ _NOTHING = _Part()
 class _Context:
     """Everything per decide() call that does not depend on a single Service."""
 
-    plan: _Plan
+    scope: _NodeScope
     blocked: SkipReason | None
     aliases: Mapping[str, str]
     ours: str | None
@@ -427,7 +432,7 @@ def _context(
 ) -> _Context:
     labels = node_obj.labels if node_obj is not None else {}
     return _Context(
-        plan=_Plan(
+        scope=_NodeScope(
             config=config,
             node=node,
             labels=labels,
@@ -466,26 +471,26 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
         return _Part(skips=(Skip(key, SkipReason.INVALID_ANNOTATION, detail=str(exc)),))
     if ctx.blocked is not None:
         return _Part(skips=(Skip(key, ctx.blocked),))
-    plan = ctx.plan
-    if not _has_serving(slices, svc, plan.node):
+    scope = ctx.scope
+    if not _has_serving(slices, svc, scope.node):
         local = svc.external_traffic_policy is TrafficPolicy.LOCAL
         return _Part(
             skips=(
                 Skip(
                     key,
                     SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS,
-                    detail=_endpoint_detail(slices, svc, plan.node),
+                    detail=_endpoint_detail(slices, svc, scope.node),
                 ),
             )
         )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
     for ip in dict.fromkeys(svc.ingress_ips):
-        pool = plan.pool_of(ip)
+        pool = scope.pool_of(ip)
         if pool is None:
             skips.append(Skip(key, SkipReason.IP_NOT_IN_POOL, ip=ip))
             continue
-        targets = plan.targets(pool, ip.version)
+        targets = scope.targets(pool, ip.version)
         if isinstance(targets, _Miss):
             skips.append(Skip(key, targets.reason, ip=ip, detail=targets.detail))
             continue
@@ -528,7 +533,7 @@ def decide(
         node=node,
         routes=tuple(routes),
         skipped=tuple(sorted(skipped, key=skip_sort_key)),
-        peers_skipped=ctx.plan.node_peers.skipped,
+        peers_skipped=ctx.scope.node_peers.skipped,
     )
 
 
@@ -539,7 +544,6 @@ class _Memo:
     part: _Part
 
 
-_RouteKey = tuple[PeerName, int, int, int]
 _SkipKey = tuple[str, int, int, str, str]
 
 
@@ -578,10 +582,10 @@ class Decider:
         self._ctx = ctx
         self._memo: dict[ServiceKey, _Memo] = {}
         #: route_sort_key of (peer, prefix) -> contributing Services and contributions.
-        self._groups: dict[_RouteKey, dict[ServiceKey, list[_Contribution]]] = {}
-        self._routes: dict[_RouteKey, Route] = {}
+        self._groups: dict[RouteKey, dict[ServiceKey, list[_Contribution]]] = {}
+        self._routes: dict[RouteKey, Route] = {}
         #: Route keys, sorted, and their Routes at the same positions.
-        self._route_order: list[_RouteKey] = []
+        self._route_order: list[RouteKey] = []
         self._route_list: list[Route] = []
         #: What desired() returns, kept per route.
         self._by_peer: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
@@ -633,7 +637,7 @@ class Decider:
         memo = self._memo
         services = snapshot.services
         all_slices = snapshot.endpoint_slices
-        dirty: set[_RouteKey] = set()
+        dirty: set[RouteKey] = set()
         self._routes_moved = self._skips_moved = False
         self._changes = {}
         self.desired_changed = False
@@ -686,10 +690,10 @@ class Decider:
             node=node,
             routes=self._sorted_routes,
             skipped=self._sorted_skips,
-            peers_skipped=ctx.plan.node_peers.skipped,
+            peers_skipped=ctx.scope.node_peers.skipped,
         )
 
-    def _add(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
+    def _add(self, key: ServiceKey, part: _Part, dirty: set[RouteKey]) -> None:
         for skip in part.skips:
             sk = skip_sort_key(skip)
             at = bisect.bisect_left(self._skip_order, sk)
@@ -697,24 +701,24 @@ class Decider:
             self._skip_list.insert(at, skip)
             self._skips_moved = True
         for contribution in part.contributions:
-            target = _target_key(contribution[0], contribution[1])
+            target = route_key(contribution[0], contribution[1])
             self._groups.setdefault(target, {}).setdefault(key, []).append(contribution)
             dirty.add(target)
 
-    def _remove(self, key: ServiceKey, part: _Part, dirty: set[_RouteKey]) -> None:
+    def _remove(self, key: ServiceKey, part: _Part, dirty: set[RouteKey]) -> None:
         for skip in part.skips:
             at = bisect.bisect_left(self._skip_order, skip_sort_key(skip))
             del self._skip_order[at]
             del self._skip_list[at]
             self._skips_moved = True
         for peer_name, prefix, *_ in part.contributions:
-            target = _target_key(peer_name, prefix)
+            target = route_key(peer_name, prefix)
             group = self._groups.get(target)
             if group is not None:
                 group.pop(key, None)
             dirty.add(target)
 
-    def _rebuild(self, dirty: set[_RouteKey]) -> None:
+    def _rebuild(self, dirty: set[RouteKey]) -> None:
         """Merge again the routes whose contributions changed; keep the order sorted. A
         route that merges to an equal Route keeps its object (and is no change)."""
         for target in dirty:
@@ -768,8 +772,3 @@ class Decider:
         until the next decide() (read them, keep nothing; with `last_changes`, what a
         driver needs to update its copy in O(changes))."""
         return self._by_peer
-
-
-def _target_key(peer: PeerName, prefix: IPNetwork) -> _RouteKey:
-    """route_sort_key of the route at (peer, prefix): unique per route."""
-    return (peer, prefix.version, int(prefix.network_address), prefix.prefixlen)

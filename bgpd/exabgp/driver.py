@@ -1,6 +1,11 @@
 """The ExaBGP driver: declarative route sets in, ExaBGP API commands out, acks and session
 events back. The only code that speaks ExaBGP's API text (through plan.py).
 
+This module is the transport: the unix socket the helper dials (its hello, stale helpers,
+the settle time after a reconnect), the sender task, the asyncio events and the
+subscribers' queues. Every decision about routes and commands is in core.py
+(``DriverCore``, no I/O), which this module feeds with the clock and the socket's lines.
+
 Public API (used by the reconciler, the speaker, status, metrics and MQTT):
 
 * ``ExaBGPDriver(node=..., socket_path=..., window=4, batch=100, ack_timeout=10.0,
@@ -50,108 +55,34 @@ router flushes only what we no longer announce (RFC 4724).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import ipaddress
-import itertools
 import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
-from typing import Any
 
-from bgpd.exabgp.plan import (
-    DEFAULT_BATCH,
-    Command,
-    CommandKind,
-    delta,
-    drained,
-    eor_command,
-    plan,
-    restrict,
-)
+from bgpd.exabgp.core import DriverCore, DriverMode, DriverStats
+from bgpd.exabgp.plan import DEFAULT_BATCH
 from bgpd.exabgp.render import Neighbor
 from bgpd.logs import log
 from bgpd.model import (
     DesiredRoutes,
     IPNetwork,
     NodeName,
-    PeerEvent,
     PeerName,
     PeerStatus,
-    RouteAttributes,
-    RouteChange,
-    RouteEvent,
-    SessionState,
     SpeakerEvent,
 )
 
+__all__ = ["DriverMode", "DriverStats", "ExaBGPDriver"]
+
 _logger = logging.getLogger("bgpd.exabgp.driver")
 
-Routes = dict[PeerName, dict[IPNetwork, RouteAttributes]]
-
-
-class DriverMode(StrEnum):
-    NORMAL = "normal"
-    #: RFC 8326: every route re-announced with GRACEFUL_SHUTDOWN.
-    DRAINING = "draining"
-    #: Nothing announced (after a drain window, or on graceful stop).
-    WITHDRAWN = "withdrawn"
-    #: Stopping with the routes retained (SpeakerConfig onSigterm: retain): withdrawn from
-    #: peers without graceful restart; kept for graceful-restart peers, which hold them as
-    #: stale after ExaBGP's FIN until the next speaker replays them and sends End-of-RIB.
-    RETAINED = "retained"
-
-
-@dataclass(slots=True)
-class DriverStats:
-    """Counters read by metrics and status (mutable on purpose: the driver owns them)."""
-
-    commands_sent: collections.Counter[str] = field(default_factory=collections.Counter)
-    command_errors: int = 0
-    ack_timeouts: int = 0
-    helper_connections: int = 0
-    events_dropped: int = 0
-    #: Prefixes of the other family handed to a session's peer (never sent).
-    wrong_family: int = 0
-    last_error: str = ""
-
-
-@dataclass(slots=True)
-class _InFlight:
-    command: Command
-    sent_at: float
-
-
-@dataclass(slots=True)
-class _Session:
-    state: SessionState = SessionState.DOWN
-    since: float | None = None
-    reason: str = ""
-
-
-def _all_of_family(routes: Mapping[IPNetwork, object], family: int) -> bool:
-    """Every prefix is of this IP version; a C-speed scan (the version property is
-    Python), which matters at 10,000 routes per change."""
-    cls = ipaddress.IPv4Network if family == 4 else ipaddress.IPv6Network
-    return all(map(isinstance, routes, itertools.repeat(cls)))
-
-
-def _copy(routes: DesiredRoutes) -> Routes:
-    return {peer: dict(r) for peer, r in routes.items()}
-
-
-def _versions(routes: Mapping[IPNetwork, object]) -> dict[int, int]:
-    """How many prefixes of each IP version (C-speed when all are of one)."""
-    for family in (4, 6):
-        if _all_of_family(routes, family):
-            return {family: len(routes), 10 - family: 0}
-    counts = collections.Counter(p.version for p in routes)
-    return {4: counts[4], 6: counts[6]}
+#: After a helper replaced a live one, ExaBGP may still answer the old helper's commands;
+#: the new helper drops answers it did not ask for, given this long to arrive (helper.py).
+SETTLE_SECONDS = 0.2
 
 
 class ExaBGPDriver:
@@ -170,41 +101,26 @@ class ExaBGPDriver:
     ) -> None:
         self.node = node
         self.socket_path = socket_path
-        self.window = window
-        self.batch = batch
-        self.ack_timeout = ack_timeout
         self.flush_delay = flush_delay
         self.on_dead = on_dead
-        self.stats = DriverStats()
-        self.mode = DriverMode.NORMAL
-        self._neighbors: dict[PeerName, Neighbor] = {}
-        self._desired: Routes = {}
-        self._acked: Routes = {}
-        self._sent: Routes = {}
-        self._queue: collections.deque[Command] = collections.deque()
-        self._in_flight: collections.deque[_InFlight] = collections.deque()
-        self._sessions: dict[PeerName, _Session] = {}
-        self._eor_due: set[PeerName] = set()
+        self.core = DriverCore(
+            node=node, window=window, batch=batch, ack_timeout=ack_timeout, emit=self._emit
+        )
         self._generation = 0
         self._writer: asyncio.StreamWriter | None = None
         self._server: asyncio.Server | None = None
-        self._dirty = True
-        #: Prefixes per peer whose desired value changed since the last plan, when only
-        #: those did (apply_changes); None when anything may have (apply, mode, neighbors,
-        #: connection): the next plan then compares everything.
-        self._touched: dict[PeerName, set[IPNetwork]] | None = None
-        #: Prefixes whose command ExaBGP refused, since the last plan: planned again.
-        self._retry: dict[PeerName, set[IPNetwork]] = {}
-        #: The last plan compared everything (so the convergence check does too).
-        self._planned_all = True
-        #: Per peer, how many desired prefixes of each IP version (effective() needs
-        #: to know whether a peer's set is all of its session's family).
-        self._version_counts: dict[PeerName, dict[int, int]] = {}
-        self._dead_reported = False
         self._settle_until = 0.0
         self._wake = asyncio.Event()
         self._converged = asyncio.Event()
         self._subscribers: list[asyncio.Queue[SpeakerEvent]] = []
+
+    @property
+    def stats(self) -> DriverStats:
+        return self.core.stats
+
+    @property
+    def mode(self) -> DriverMode:
+        return self.core.mode
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,125 +148,36 @@ class ExaBGPDriver:
 
     def configure(self, neighbors: Sequence[Neighbor]) -> None:
         """The sessions of the ExaBGP being started (call before reset() of that start)."""
-        self._neighbors = {n.name: n for n in neighbors}
-        self._sessions = {n.name: self._sessions.get(n.name, _Session()) for n in neighbors}
-        self._mark_dirty()
+        self.core.configure(neighbors)
+        self._changed()
 
     def reset(self, generation: int) -> None:
         """A new ExaBGP is starting: it holds no route and no session."""
         self._generation = generation
-        self._acked = {}
-        self._sent = {}
-        self._queue.clear()
-        self._in_flight.clear()
-        self._eor_due.clear()
-        self._dead_reported = False
         if self._writer is not None:
             self._writer.close()
             self._writer = None
-        now = time.time()
-        for name, s in self._sessions.items():
-            if s.state is not SessionState.DOWN:
-                self._set_state(name, SessionState.DOWN, "exabgp restarted", now)
-        self._mark_dirty()
+        self.core.reset(time.time())
+        self._changed()
 
     # ------------------------------------------------------------------ desired state
 
     def apply(self, desired: DesiredRoutes) -> None:
         """Take the whole desired route set; converge in the background."""
-        self._desired = _copy(desired)
-        self._version_counts = {peer: _versions(r) for peer, r in self._desired.items()}
-        for peer, routes in self._desired.items():
-            n = self._neighbors.get(peer)
-            if n is not None and self._version_counts[peer][10 - n.peer.family]:
-                self._wrong_family(peer, [p for p in routes if p.version != n.peer.family])
-        self._unknown_peers(self._desired)
-        self._mark_dirty()
+        self.core.apply(desired)
+        self._changed()
 
     def apply_changes(
         self, desired: DesiredRoutes, changed: Mapping[PeerName, AbstractSet[IPNetwork]]
     ) -> None:
         """apply(desired) when only the prefixes in ``changed`` may differ from the
-        previous apply: updates the held set and plans only those prefixes (and what is
-        still queued or was refused), so one change costs about one prefix at any size.
-        ``desired`` is read now, not kept (the caller may change it afterwards)."""
-        for peer, prefixes in changed.items():
-            want = desired.get(peer, {})
-            mine = self._desired.setdefault(peer, {})
-            counts = self._version_counts.setdefault(peer, {4: 0, 6: 0})
-            for p in prefixes:
-                attrs = want.get(p)
-                if attrs is not None:
-                    if p not in mine:
-                        counts[p.version] += 1
-                    mine[p] = attrs
-                elif mine.pop(p, None) is not None:
-                    counts[p.version] -= 1
-            if not mine:
-                del self._desired[peer]
-                del self._version_counts[peer]
-            n = self._neighbors.get(peer)
-            if n is not None:
-                wrong = [p for p in prefixes if p in mine and p.version != n.peer.family]
-                if wrong:
-                    self._wrong_family(peer, wrong)
-        self._unknown_peers(changed)
-        if self._touched is not None:
-            for peer, prefixes in changed.items():
-                self._touched.setdefault(peer, set()).update(prefixes)
-        self._dirty = True
-        self._converged.clear()
-        self._wake.set()
-
-    def _wrong_family(self, peer: PeerName, wrong: Sequence[IPNetwork]) -> None:
-        self.stats.wrong_family += len(wrong)
-        log(
-            _logger,
-            logging.ERROR,
-            "driver.wrong_family",
-            peer=peer,
-            prefixes=",".join(str(p) for p in wrong[:5]),
-            count=len(wrong),
-        )
-
-    def _unknown_peers(self, peers: Mapping[PeerName, object]) -> None:
-        unknown = sorted(set(peers) - set(self._neighbors))
-        if unknown:
-            log(_logger, logging.DEBUG, "driver.unknown_peers", peers=",".join(unknown))
+        previous apply (see DriverCore.apply_changes). ``desired`` is read now, not kept."""
+        self.core.apply_changes(desired, changed)
+        self._changed()
 
     def set_mode(self, mode: DriverMode) -> None:
-        if mode is not self.mode:
-            log(_logger, logging.INFO, "driver.mode", mode=str(mode))
-            self.mode = mode
-            self._mark_dirty()
-
-    def effective(self) -> Routes:
-        """What ExaBGP should hold now: the desired set of configured peers, transformed
-        by the mode."""
-        base: Routes = {}
-        for peer, routes in self._desired.items():
-            n = self._neighbors.get(peer)
-            if n is None:
-                continue
-            # One family per session: an IPv6 prefix sent on an IPv4 session in an
-            # `announce attributes ... nlri` makes ExaBGP send an UPDATE the router
-            # rejects, resetting the session (seen with GoBGP). Never send one.
-            # Shared, not copied, when all are of the family (the usual case): callers
-            # only read it.
-            family = n.peer.family
-            base[peer] = (
-                routes
-                if not self._version_counts[peer][10 - family]
-                else {p: a for p, a in routes.items() if p.version == family}
-            )
-        if self.mode is DriverMode.WITHDRAWN:
-            return {}
-        if self.mode is DriverMode.RETAINED:
-            return {p: r for p, r in base.items() if self._neighbors[p].graceful_restart}
-        if self.mode is DriverMode.DRAINING:
-            ibgp = [n.name for n in self._neighbors.values() if n.peer.is_ibgp]
-            return drained(base, ibgp)
-        return base
+        self.core.set_mode(mode)
+        self._changed()
 
     async def wait_converged(self, within: float | None = None) -> bool:
         try:
@@ -373,45 +200,13 @@ class ExaBGPDriver:
     # ------------------------------------------------------------------ observers
 
     def acknowledged(self) -> DesiredRoutes:
-        return {p: dict(r) for p, r in self._acked.items() if r}
+        return self.core.acknowledged()
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
-        eff = self.effective()
-        # What ExaBGP acknowledged differs from what is wanted only where a plan may
-        # (_plan_keys) or a command is in flight: count there, not over every route.
-        keys = self._plan_keys()
-        if keys is not None:
-            for item in self._in_flight:
-                if item.command.peer is not None and item.command.changes:
-                    ps = keys.setdefault(item.command.peer, set())
-                    ps.update(p for p, _ in item.command.changes)
-        out: dict[PeerName, PeerStatus] = {}
-        for name, n in sorted(self._neighbors.items()):
-            s = self._sessions.get(name, _Session())
-            have = self._acked.get(name, {})
-            want = eff.get(name, {})
-            if keys is None:
-                todo, gone = delta(have, want)
-            else:
-                ks = {name: keys.get(name, set())}
-                todo, gone = delta(
-                    restrict({name: have}, ks).get(name, {}),
-                    restrict({name: want}, ks).get(name, {}),
-                )
-            pending = len(todo) + len(gone)
-            out[name] = PeerStatus(
-                peer=name,
-                address=n.peer.peer_address,
-                state=s.state,
-                since=s.since,
-                reason=s.reason,
-                acknowledged=len(have),
-                pending=pending,
-            )
-        return out
+        return self.core.peer_status()
 
     def neighbors(self) -> Mapping[PeerName, Neighbor]:
-        return dict(self._neighbors)
+        return self.core.neighbors()
 
     @property
     def generation(self) -> int:
@@ -460,15 +255,11 @@ class ExaBGPDriver:
             # The previous helper died with commands in flight: ExaBGP may still answer
             # some of them; the new helper drops answers it did not ask for, and we give
             # them a moment to arrive before sending (see helper.py).
-            self._settle_until = time.monotonic() + 0.2
+            self._settle_until = time.monotonic() + SETTLE_SECONDS
         self._writer = writer
         self.stats.helper_connections += 1
-        # Whatever was in flight on another connection is unknown: plan again from what
-        # ExaBGP acknowledged (announces and withdraws are idempotent in ExaBGP).
-        self._in_flight.clear()
-        self._queue.clear()
-        self._sent = _copy(self._acked)
-        self._mark_dirty()
+        self.core.connect()
+        self._changed()
         log(
             _logger,
             logging.INFO,
@@ -485,14 +276,15 @@ class ExaBGPDriver:
         finally:
             if self._writer is writer:
                 self._writer = None
-                self._in_flight.clear()
+                self.core.disconnect()
             writer.close()
 
     def _on_line(self, line: str) -> None:
         if not line:
             return
         if line in ("done", "error"):
-            self._on_ack(line == "done")
+            self.core.on_ack(line == "done", time.time())
+            self._wake.set()
         elif line.startswith("{"):
             try:
                 doc = json.loads(line)
@@ -500,207 +292,32 @@ class ExaBGPDriver:
                 log(_logger, logging.WARNING, "driver.bad_json", line=line[:200])
                 return
             if isinstance(doc, dict):
-                self._on_event(doc)
-
-    def _on_ack(self, done: bool) -> None:
-        if not self._in_flight:
-            log(_logger, logging.WARNING, "driver.unexpected_ack", done=done)
-            return
-        cmd = self._in_flight.popleft().command
-        now = time.time()
-        if done:
-            if cmd.kind is CommandKind.EOR and cmd.peer is not None:
-                self._eor_due.discard(cmd.peer)
-                log(_logger, logging.INFO, "driver.eor_sent", peer=cmd.peer)
-            if cmd.peer is not None:
-                acked = self._acked.setdefault(cmd.peer, {})
-                for prefix, attrs in cmd.changes:
-                    if attrs is None:
-                        if acked.pop(prefix, None) is not None:
-                            self._emit(
-                                RouteEvent(
-                                    self.node, cmd.peer, prefix, RouteChange.WITHDRAWN, None, now
-                                )
-                            )
-                    else:
-                        acked[prefix] = attrs
-                        self._emit(
-                            RouteEvent(
-                                self.node, cmd.peer, prefix, RouteChange.ANNOUNCED, attrs, now
-                            )
-                        )
-        else:
-            if cmd.kind is CommandKind.EOR and cmd.peer is not None:
-                # Not established any more: the next "up" event asks for it again.
-                self._eor_due.discard(cmd.peer)
-                log(_logger, logging.INFO, "driver.eor_refused", peer=cmd.peer)
-            else:
-                self.stats.command_errors += 1
-                self.stats.last_error = cmd.text
-                log(_logger, logging.ERROR, "driver.command_error", command=cmd.text)
-                if cmd.peer is not None:
-                    sent = self._sent.setdefault(cmd.peer, {})
-                    have = self._acked.get(cmd.peer, {})
-                    self._retry.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
-                    for prefix, _ in cmd.changes:
-                        if prefix in have:
-                            sent[prefix] = have[prefix]
-                        else:
-                            sent.pop(prefix, None)
-        self._wake.set()
-
-    def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
-        neighbor = doc.get("neighbor")
-        if not isinstance(neighbor, dict):
-            return None
-        address = neighbor.get("address", {})
-        peer_ip, local_ip = str(address.get("peer", "")), str(address.get("local", ""))
-        for name, n in self._neighbors.items():
-            if str(n.peer.peer_address) == peer_ip and (
-                not local_ip or local_ip == "None" or str(n.local_address) == local_ip
-            ):
-                return name
-        return None
-
-    def _on_event(self, doc: Mapping[str, Any]) -> None:
-        if doc.get("type") != "state":
-            return
-        name = self._peer_of(doc)
-        if name is None:
-            return
-        neighbor = doc["neighbor"]
-        try:
-            state = SessionState(str(neighbor.get("state", "")))
-        except ValueError:
-            return
-        self._set_state(name, state, str(neighbor.get("reason", "")), time.time())
-        if state is SessionState.UP and self._neighbors[name].graceful_restart:
-            self._eor_due.add(name)
-            self._wake.set()
-
-    def _set_state(self, name: PeerName, state: SessionState, reason: str, now: float) -> None:
-        s = self._sessions.setdefault(name, _Session())
-        if s.state is state and not reason:
-            return
-        s.state, s.since = state, now
-        if reason or state is not SessionState.UP:
-            s.reason = reason
-        log(_logger, logging.INFO, f"peer.{state}", peer=name, reason=reason)
-        self._emit(PeerEvent(self.node, name, state, reason, now))
+                self.core.on_event(doc, time.time())
+                self._wake.set()
 
     # ------------------------------------------------------------------ sender
 
-    def _mark_dirty(self) -> None:
-        """Anything may have changed: the next plan compares every prefix."""
-        self._touched = None
-        self._dirty = True
-        self._converged.clear()
+    def _changed(self) -> None:
+        """The core's input changed what is wanted or what ExaBGP holds: not converged
+        until the sender says so, and the sender has work."""
+        if not self.core.converged:
+            self._converged.clear()
         self._wake.set()
 
-    def _send(self, cmd: Command) -> None:
-        assert self._writer is not None
-        self._writer.write(cmd.text.encode() + b"\n")
-        self.stats.commands_sent[cmd.kind.value] += 1
-        self._in_flight.append(_InFlight(cmd, time.monotonic()))
-        if cmd.peer is not None:
-            sent = self._sent.setdefault(cmd.peer, {})
-            for prefix, attrs in cmd.changes:
-                if attrs is None:
-                    sent.pop(prefix, None)
-                else:
-                    sent[prefix] = attrs
-
-    def _eor_ready(self, eff: Routes) -> list[Command]:
-        out = []
-        for name in sorted(self._eor_due):
-            n = self._neighbors.get(name)
-            if n is None:
-                self._eor_due.discard(name)
-                continue
-            if self._acked.get(name, {}) == eff.get(name, {}):
-                out.append(eor_command(name, n.selector, n.family))
-        return out
-
     def _step(self) -> None:
-        """Send what the window allows; detect a hung ExaBGP."""
+        """Send what the window allows; report a hung ExaBGP."""
         now = time.monotonic()
-        if self._in_flight and now - self._in_flight[0].sent_at > self.ack_timeout:
-            if not self._dead_reported:
-                self._dead_reported = True
-                self.stats.ack_timeouts += 1
-                log(
-                    _logger,
-                    logging.ERROR,
-                    "driver.ack_timeout",
-                    command=self._in_flight[0].command.text[:200],
-                    seconds=self.ack_timeout,
-                )
-                if self.on_dead is not None:
-                    self.on_dead()
+        if self.core.ack_timed_out(now):
+            if self.on_dead is not None:
+                self.on_dead()
             return
         if self._writer is None or now < self._settle_until:
             return
-        eff: Routes | None = None
-        if self._dirty:
-            eff = self.effective()
-            selectors = {name: n.selector for name, n in self._neighbors.items()}
-            keys = self._plan_keys()
-            self._planned_all = keys is None
-            if keys is None:
-                commands = plan(self._sent, eff, selectors, batch=self.batch)
-            else:
-                # Only these prefixes can differ (see _plan_keys): the same commands as
-                # the plan of everything, at the cost of the changes.
-                sent, want = restrict(self._sent, keys), restrict(eff, keys)
-                commands = plan(sent, want, selectors, batch=self.batch)
-            self._queue = collections.deque(commands)
-            self._touched, self._retry = {}, {}
-            self._dirty = False
-        while self._queue and len(self._in_flight) < self.window:
-            if self._in_flight and self._in_flight[-1].command.sync:
-                return
-            cmd = self._queue[0]
-            if cmd.sync and self._in_flight:
-                return
-            self._queue.popleft()
-            self._send(cmd)
-        if not self._queue and not self._in_flight:
-            eff = eff if eff is not None else self.effective()
-            eors = self._eor_ready(eff)
-            if eors:
-                self._queue.extend(eors)
-                self._send(self._queue.popleft())
-                return
-            if self._planned_all:
-                converged = {p: r for p, r in self._acked.items() if r} == {
-                    p: r for p, r in eff.items() if r
-                }
-            else:
-                # Since a plan of only the changes, ExaBGP holds what was sent, and that
-                # is what is wanted, except where a command was refused.
-                converged = all(
-                    self._acked.get(peer, {}).get(p) == eff.get(peer, {}).get(p)
-                    for peer, prefixes in self._retry.items()
-                    for p in prefixes
-                )
-            if converged:
-                self._converged.set()
-
-    def _plan_keys(self) -> dict[PeerName, set[IPNetwork]] | None:
-        """The prefixes that can differ between what ExaBGP was sent and what is wanted,
-        or None when any can. After a plan, everything that differed is queued; since,
-        only apply_changes() changed the wanted set (its prefixes are in _touched) and
-        only sending or a refused command changed the sent one: so the difference lies
-        within the touched, queued and refused prefixes."""
-        if self._touched is None:
-            return None
-        keys = {peer: set(prefixes) for peer, prefixes in self._touched.items()}
-        for cmd in self._queue:
-            if cmd.peer is not None and cmd.changes:
-                keys.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
-        for peer, prefixes in self._retry.items():
-            keys.setdefault(peer, set()).update(prefixes)
-        return keys
+        commands = self.core.next_commands(now)
+        if commands:
+            self._writer.write(b"".join(c.text.encode() + b"\n" for c in commands))
+        if self.core.converged:
+            self._converged.set()
 
     async def run(self) -> None:
         """The sender: wakes on apply(), acks, events and a 0.5 s tick (timeouts)."""

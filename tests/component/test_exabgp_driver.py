@@ -116,6 +116,16 @@ async def wait_for(cond: Callable[[], bool], within: float = 20.0, what: str = "
         await asyncio.sleep(0.02)
 
 
+async def stays(cond: Callable[[], Any], seconds: float, what: str) -> None:
+    """``cond`` (run in a thread: it may query a router) holds at every check for
+    ``seconds``: how a test shows that something does not happen, failing at the first
+    check where it did."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert await in_thread(cond), what
+        await asyncio.sleep(0.1)
+
+
 def routes(peer: str, prefixes: list[str], attrs: RouteAttributes = PLAIN) -> DesiredRoutes:
     return {PeerName(peer): {net(p): attrs for p in prefixes}}
 
@@ -273,10 +283,15 @@ async def test_md5(
         else:
             # A wrong key keeps the session down silently while commands answer done.
             assert await rt.driver.wait_converged(20)
-            await asyncio.sleep(3)
-            assert rt.driver.peer_status()[peer.name].state is not SessionState.UP
-            assert not await in_thread(router.rib, 4)
-            assert all(s != "Established" for s in (await in_thread(router.neighbors)).values())
+
+            def still_down() -> bool:
+                return (
+                    rt.driver.peer_status()[peer.name].state is not SessionState.UP
+                    and not router.rib(4)
+                    and all(s != "Established" for s in router.neighbors().values())
+                )
+
+            await stays(still_down, 3, "a session with the wrong MD5 key came up")
         assert oct(rt.config_path.stat().st_mode & 0o777) == "0o600"
     # The key never reaches a log, in clear or in the base64 form of the config file.
     assert "exabgp.started" in caplog.text
@@ -360,13 +375,21 @@ async def test_helper_killed_no_route_lost(
         assert rt.supervisor.restarts == 0
 
 
-async def watch_rib(router: Router, stop: asyncio.Event, family: int = 4) -> list[int]:
-    """Sizes of the router's RIB, sampled until stop is set (to prove nothing was lost)."""
-    sizes: list[int] = []
+async def watch_rib(router: Router, stop: asyncio.Event, sizes: list[int], family: int = 4) -> None:
+    """Appends the size of the router's RIB to ``sizes`` until stop is set (to prove
+    nothing was lost)."""
     while not stop.is_set():
         sizes.append(len(await in_thread(router.rib, family)))
         await asyncio.sleep(0.01)
-    return sizes
+
+
+def wait_no_restarting(router: Router, within: float = 30.0) -> None:
+    """Blocks until the router holds no peer's routes for graceful restart any more."""
+    deadline = time.monotonic() + within
+    while router.restarting_peers():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{router.kind}: graceful restart still running")
+        time.sleep(0.05)
 
 
 @pytest.mark.parametrize(
@@ -384,8 +407,9 @@ async def test_exabgp_killed_routes_back(
         if graceful:
             await wait_for(lambda: rt.driver.stats.commands_sent["eor"] >= 1, what="first EOR")
         stop = asyncio.Event()
-        watcher = asyncio.create_task(watch_rib(router, stop))
-        await asyncio.sleep(0.1)
+        sizes: list[int] = []
+        watcher = asyncio.create_task(watch_rib(router, stop, sizes))
+        await wait_for(lambda: len(sizes) >= 2, what="the watcher's first samples")
         old = rt.supervisor.pid
         assert old is not None
         os.kill(old, signal.SIGKILL)
@@ -398,9 +422,11 @@ async def test_exabgp_killed_routes_back(
             await wait_for(
                 lambda: rt.driver.stats.commands_sent["eor"] >= 2, what="EOR after replay"
             )
-            await asyncio.sleep(0.5)
+            # BIRD took the End-of-RIB: the restart is over and its stale routes (none
+            # here) flushed; the watcher saw every moment up to then.
+            await in_thread(wait_no_restarting, router)
         stop.set()
-        sizes = await watcher
+        await watcher
         assert rt.supervisor.restarts == 1
         if graceful:
             assert min(sizes) == 50, sizes

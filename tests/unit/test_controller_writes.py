@@ -1,4 +1,5 @@
-"""controller.plan(): which writes and Events turn an allocation result into cluster state.
+"""controller.cluster_writes(): the writes and Events that turn an allocation result into
+cluster state.
 
 Pure and table-driven: a Service as the cache shows it, the allocator's verdict for it,
 and the write (status IPs, pool annotation) and Event reasons that must follow.
@@ -20,7 +21,7 @@ from bgpd.allocation import (
     Assignment,
     FailureReason,
 )
-from bgpd.controller import Write, plan
+from bgpd.controller import Write, cluster_writes
 from bgpd.model import PoolName, Service, ServiceKey, frozen_map
 
 KEY = ServiceKey("default/web")
@@ -135,22 +136,22 @@ def summary(writes: list[Write]) -> list[tuple[object, object, bool, list[str]]]
         pytest.param(svc(type_="ClusterIP"), NOTHING, [], id="never-ours"),
     ],
 )
-def test_plan(service: Service, result: AllocationResult, expected: list[object]) -> None:
-    writes, _ = plan([service], result, None, {})
+def test_cluster_writes(service: Service, result: AllocationResult, expected: list[object]) -> None:
+    writes, _ = cluster_writes([service], result, None, {})
     assert summary(writes) == expected
 
 
 def test_failure_is_reported_once_until_something_changes() -> None:
     service = svc()
-    writes, reported = plan([service], failed(), None, {})
+    writes, reported = cluster_writes([service], failed(), None, {})
     assert summary(writes) == [(None, None, False, ["AllocationFailed"])]
-    writes, reported = plan([service], failed(), None, reported)
+    writes, reported = cluster_writes([service], failed(), None, reported)
     assert writes == [], "same Service, same reason: no new Event"
-    writes, reported = plan([service], failed("pool p is full"), None, reported)
+    writes, reported = cluster_writes([service], failed("pool p is full"), None, reported)
     assert summary(writes) == [(None, None, False, ["AllocationFailed"])]
-    writes, reported = plan([service], assigned("10.99.0.1"), None, reported)
+    writes, reported = cluster_writes([service], assigned("10.99.0.1"), None, reported)
     assert reported == {}
-    writes, _ = plan([service], failed("pool p is full"), None, reported)
+    writes, _ = cluster_writes([service], failed("pool p is full"), None, reported)
     assert summary(writes) == [(None, None, False, ["AllocationFailed"])], "fails again later"
 
 
@@ -171,16 +172,18 @@ def test_failure_is_reported_once_until_something_changes() -> None:
 def test_releases_are_recognised(
     service: Service, result: AllocationResult, releases: bool
 ) -> None:
-    (write,) = plan([service], result, None, {})[0]
+    (write,) = cluster_writes([service], result, None, {})[0]
     assert write.releases is releases
 
 
 def test_event_messages_name_the_ips_and_reason() -> None:
-    (write,) = plan([svc(ips=("10.99.0.2",), pool="p")], assigned("10.99.0.1"), None, {})[0]
+    (write,) = cluster_writes([svc(ips=("10.99.0.2",), pool="p")], assigned("10.99.0.1"), None, {})[
+        0
+    ]
     messages = [e.message for e in write.events]
     assert messages[1] == 'Assigned IP ["10.99.0.1"]'
     assert '"10.99.0.2"' in messages[0]
-    (write,) = plan([svc()], failed("no available IPs in pool p"), None, {})[0]
+    (write,) = cluster_writes([svc()], failed("no available IPs in pool p"), None, {})[0]
     assert (
         write.events[0].message
         == "Failed to allocate IP for 'default/web': no available IPs in pool p"

@@ -1,0 +1,573 @@
+"""The ExaBGP driver's state, without I/O: desired routes in, commands out, answers back.
+
+Role: everything the driver knows and decides between "the reconciler wants these
+routes" and "this line goes to ExaBGP": the desired set and the mode, what was sent and
+what ExaBGP acknowledged, the commands queued and in flight (the window), refused
+prefixes to retry, End-of-RIB due after a session came up, session states and counters.
+The transport (driver.py) owns the socket, the helper's hello, asyncio and the clock; it
+feeds this core and writes what ``next_commands()`` returns.
+
+What it must not do: touch a socket, a task, an event loop or a clock (every time is a
+parameter), or block. It logs, and hands events to the ``emit`` callable it was given.
+
+Inputs:
+
+* ``configure(neighbors)``: the sessions of the ExaBGP being started;
+* ``apply(desired)`` / ``apply_changes(desired, changed)`` / ``set_mode(mode)``;
+* ``reset(at)``: a new ExaBGP starts with nothing (every route is replayed);
+* ``connect()`` / ``disconnect()``: a helper connection came or went (what was in flight
+  on it is unknown: plan again from what ExaBGP acknowledged);
+* ``on_ack(done, at)``: ExaBGP's ``done`` / ``error`` answer to the oldest command in
+  flight; ``on_event(doc, at)``: one of ExaBGP's JSON messages (session states);
+* ``next_commands(now)``: the commands to write now (recorded as in flight from ``now``);
+  ``ack_timed_out(now)``: True once when the oldest command waited past ``ack_timeout``.
+
+``at`` is wall-clock time stamped on events and peer states; ``now`` is a monotonic clock
+for the ack timeout. Outputs: the commands, ``converged``, ``acknowledged()``,
+``peer_status()``, ``stats`` and the events given to ``emit``.
+
+Incremental planning: after a plan, everything that differed is queued; until the next
+plan only apply_changes() (its prefixes are remembered as touched), sending and refused
+commands change either side, so the next plan compares only those prefixes
+(``_plan_keys``) and costs the changes, not the whole set. Anything else (apply, mode,
+neighbours, connection) plans everything.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from bgpd.exabgp.plan import (
+    DEFAULT_BATCH,
+    Command,
+    CommandKind,
+    delta,
+    drained,
+    eor_command,
+    plan,
+    restrict,
+)
+from bgpd.exabgp.render import Neighbor
+from bgpd.logs import log
+from bgpd.model import (
+    DesiredRoutes,
+    IPNetwork,
+    NodeName,
+    PeerEvent,
+    PeerName,
+    PeerStatus,
+    RouteAttributes,
+    RouteChange,
+    RouteEvent,
+    SessionState,
+    SpeakerEvent,
+)
+
+# The driver's logger: the core is the driver's state, its log events keep their names.
+_logger = logging.getLogger("bgpd.exabgp.driver")
+
+Routes = dict[PeerName, dict[IPNetwork, RouteAttributes]]
+
+
+class DriverMode(StrEnum):
+    NORMAL = "normal"
+    #: RFC 8326: every route re-announced with GRACEFUL_SHUTDOWN.
+    DRAINING = "draining"
+    #: Nothing announced (after a drain window, or on graceful stop).
+    WITHDRAWN = "withdrawn"
+    #: Stopping with the routes retained (SpeakerConfig onSigterm: retain): withdrawn from
+    #: peers without graceful restart; kept for graceful-restart peers, which hold them as
+    #: stale after ExaBGP's FIN until the next speaker replays them and sends End-of-RIB.
+    RETAINED = "retained"
+
+
+@dataclass(slots=True)
+class DriverStats:
+    """Counters read by metrics and status (mutable on purpose: the driver owns them)."""
+
+    commands_sent: collections.Counter[str] = field(default_factory=collections.Counter)
+    command_errors: int = 0
+    ack_timeouts: int = 0
+    helper_connections: int = 0
+    events_dropped: int = 0
+    #: Prefixes of the other family handed to a session's peer (never sent).
+    wrong_family: int = 0
+    last_error: str = ""
+
+
+@dataclass(slots=True)
+class _InFlight:
+    command: Command
+    sent_at: float
+
+
+@dataclass(slots=True)
+class _Session:
+    state: SessionState = SessionState.DOWN
+    since: float | None = None
+    reason: str = ""
+
+
+def _all_of_family(routes: Mapping[IPNetwork, object], family: int) -> bool:
+    """Every prefix is of this IP version; a C-speed scan (the version property is
+    Python), which matters at 10,000 routes per change."""
+    cls = ipaddress.IPv4Network if family == 4 else ipaddress.IPv6Network
+    return all(map(isinstance, routes, itertools.repeat(cls)))
+
+
+def _copy(routes: DesiredRoutes) -> Routes:
+    return {peer: dict(r) for peer, r in routes.items()}
+
+
+def _versions(routes: Mapping[IPNetwork, object]) -> dict[int, int]:
+    """How many prefixes of each IP version (C-speed when all are of one)."""
+    for family in (4, 6):
+        if _all_of_family(routes, family):
+            return {family: len(routes), 10 - family: 0}
+    counts = collections.Counter(p.version for p in routes)
+    return {4: counts[4], 6: counts[6]}
+
+
+def _ignore(event: SpeakerEvent) -> None:
+    """The default ``emit``: nobody listens."""
+
+
+class DriverCore:
+    """See the module docstring: the driver's state machine, fed by its transport."""
+
+    def __init__(
+        self,
+        *,
+        node: NodeName,
+        window: int = 4,
+        batch: int = DEFAULT_BATCH,
+        ack_timeout: float = 10.0,
+        emit: Callable[[SpeakerEvent], None] = _ignore,
+    ) -> None:
+        self.node = node
+        self.window = window
+        self.batch = batch
+        self.ack_timeout = ack_timeout
+        self.emit = emit
+        self.stats = DriverStats()
+        self.mode = DriverMode.NORMAL
+        #: A helper connection is there to write commands to.
+        self.connected = False
+        #: ExaBGP acknowledged exactly the effective desired set and nothing is in flight
+        #: (set by next_commands(), cleared by anything that may change what is wanted).
+        self.converged = False
+        self._neighbors: dict[PeerName, Neighbor] = {}
+        self._desired: Routes = {}
+        self._acked: Routes = {}
+        self._sent: Routes = {}
+        self._queue: collections.deque[Command] = collections.deque()
+        self._in_flight: collections.deque[_InFlight] = collections.deque()
+        self._sessions: dict[PeerName, _Session] = {}
+        self._eor_due: set[PeerName] = set()
+        self._dirty = True
+        #: Prefixes per peer whose desired value changed since the last plan, when only
+        #: those did (apply_changes); None when anything may have (apply, mode, neighbors,
+        #: connection): the next plan then compares everything.
+        self._touched: dict[PeerName, set[IPNetwork]] | None = None
+        #: Prefixes whose command ExaBGP refused, since the last plan: planned again.
+        self._retry: dict[PeerName, set[IPNetwork]] = {}
+        #: The last plan compared everything (so the convergence check does too).
+        self._planned_all = True
+        #: Per peer, how many desired prefixes of each IP version (effective() needs
+        #: to know whether a peer's set is all of its session's family).
+        self._version_counts: dict[PeerName, dict[int, int]] = {}
+        self._dead_reported = False
+
+    # ------------------------------------------------------------------ inputs: ExaBGP
+
+    def configure(self, neighbors: Sequence[Neighbor]) -> None:
+        """The sessions of the ExaBGP being started (call before reset() of that start)."""
+        self._neighbors = {n.name: n for n in neighbors}
+        self._sessions = {n.name: self._sessions.get(n.name, _Session()) for n in neighbors}
+        self._mark_dirty()
+
+    def reset(self, at: float) -> None:
+        """A new ExaBGP is starting: it holds no route and no session, and no helper of
+        the old one is connected."""
+        self.connected = False
+        self._acked = {}
+        self._sent = {}
+        self._queue.clear()
+        self._in_flight.clear()
+        self._eor_due.clear()
+        self._dead_reported = False
+        for name, s in self._sessions.items():
+            if s.state is not SessionState.DOWN:
+                self._set_state(name, SessionState.DOWN, "exabgp restarted", at)
+        self._mark_dirty()
+
+    def connect(self) -> None:
+        """A helper connected. Whatever was in flight on another connection is unknown:
+        plan again from what ExaBGP acknowledged (announces and withdraws are idempotent
+        in ExaBGP)."""
+        self.connected = True
+        self._in_flight.clear()
+        self._queue.clear()
+        self._sent = _copy(self._acked)
+        self._mark_dirty()
+
+    def disconnect(self) -> None:
+        """The helper connection closed: its commands in flight will never be answered."""
+        self.connected = False
+        self._in_flight.clear()
+
+    def on_ack(self, done: bool, at: float) -> None:
+        """ExaBGP answered the oldest command in flight (acks come in order)."""
+        if not self._in_flight:
+            log(_logger, logging.WARNING, "driver.unexpected_ack", done=done)
+            return
+        cmd = self._in_flight.popleft().command
+        if done:
+            if cmd.kind is CommandKind.EOR and cmd.peer is not None:
+                self._eor_due.discard(cmd.peer)
+                log(_logger, logging.INFO, "driver.eor_sent", peer=cmd.peer)
+            if cmd.peer is not None:
+                acked = self._acked.setdefault(cmd.peer, {})
+                emit, node, peer = self.emit, self.node, cmd.peer
+                for prefix, attrs in cmd.changes:
+                    if attrs is None:
+                        if acked.pop(prefix, None) is not None:
+                            emit(RouteEvent(node, peer, prefix, RouteChange.WITHDRAWN, None, at))
+                    else:
+                        acked[prefix] = attrs
+                        emit(RouteEvent(node, peer, prefix, RouteChange.ANNOUNCED, attrs, at))
+        elif cmd.kind is CommandKind.EOR and cmd.peer is not None:
+            # Not established any more: the next "up" event asks for it again.
+            self._eor_due.discard(cmd.peer)
+            log(_logger, logging.INFO, "driver.eor_refused", peer=cmd.peer)
+        else:
+            # Its routes fall back to what ExaBGP acknowledged before and are planned
+            # again on the next apply (not at once: a deterministic error would loop).
+            self.stats.command_errors += 1
+            self.stats.last_error = cmd.text
+            log(_logger, logging.ERROR, "driver.command_error", command=cmd.text)
+            if cmd.peer is not None:
+                sent = self._sent.setdefault(cmd.peer, {})
+                have = self._acked.get(cmd.peer, {})
+                self._retry.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
+                for prefix, _ in cmd.changes:
+                    if prefix in have:
+                        sent[prefix] = have[prefix]
+                    else:
+                        sent.pop(prefix, None)
+
+    def on_event(self, doc: Mapping[str, Any], at: float) -> None:
+        """One of ExaBGP's JSON messages: session states matter (an established
+        graceful-restart session is due an End-of-RIB once its routes are acknowledged)."""
+        if doc.get("type") != "state":
+            return
+        name = self._peer_of(doc)
+        if name is None:
+            return
+        neighbor = doc["neighbor"]
+        try:
+            state = SessionState(str(neighbor.get("state", "")))
+        except ValueError:
+            return
+        self._set_state(name, state, str(neighbor.get("reason", "")), at)
+        if state is SessionState.UP and self._neighbors[name].graceful_restart:
+            self._eor_due.add(name)
+
+    def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
+        neighbor = doc.get("neighbor")
+        if not isinstance(neighbor, dict):
+            return None
+        address = neighbor.get("address", {})
+        peer_ip, local_ip = str(address.get("peer", "")), str(address.get("local", ""))
+        for name, n in self._neighbors.items():
+            if str(n.peer.peer_address) == peer_ip and (
+                not local_ip or local_ip == "None" or str(n.local_address) == local_ip
+            ):
+                return name
+        return None
+
+    def _set_state(self, name: PeerName, state: SessionState, reason: str, at: float) -> None:
+        s = self._sessions.setdefault(name, _Session())
+        if s.state is state and not reason:
+            return
+        s.state, s.since = state, at
+        if reason or state is not SessionState.UP:
+            s.reason = reason
+        log(_logger, logging.INFO, f"peer.{state}", peer=name, reason=reason)
+        self.emit(PeerEvent(self.node, name, state, reason, at))
+
+    # ------------------------------------------------------------------ inputs: desired
+
+    def apply(self, desired: DesiredRoutes) -> None:
+        """Take the whole desired route set."""
+        self._desired = _copy(desired)
+        self._version_counts = {peer: _versions(r) for peer, r in self._desired.items()}
+        for peer, routes in self._desired.items():
+            n = self._neighbors.get(peer)
+            if n is not None and self._version_counts[peer][10 - n.peer.family]:
+                self._wrong_family(peer, [p for p in routes if p.version != n.peer.family])
+        self._unknown_peers(self._desired)
+        self._mark_dirty()
+
+    def apply_changes(
+        self, desired: DesiredRoutes, changed: Mapping[PeerName, AbstractSet[IPNetwork]]
+    ) -> None:
+        """apply(desired) when only the prefixes in ``changed`` may differ from the
+        previous apply: updates the held set and plans only those prefixes (and what is
+        still queued or was refused), so one change costs about one prefix at any size.
+        ``desired`` is read now, not kept (the caller may change it afterwards)."""
+        for peer, prefixes in changed.items():
+            want = desired.get(peer, {})
+            mine = self._desired.setdefault(peer, {})
+            counts = self._version_counts.setdefault(peer, {4: 0, 6: 0})
+            for p in prefixes:
+                attrs = want.get(p)
+                if attrs is not None:
+                    if p not in mine:
+                        counts[p.version] += 1
+                    mine[p] = attrs
+                elif mine.pop(p, None) is not None:
+                    counts[p.version] -= 1
+            if not mine:
+                del self._desired[peer]
+                del self._version_counts[peer]
+            n = self._neighbors.get(peer)
+            if n is not None:
+                wrong = [p for p in prefixes if p in mine and p.version != n.peer.family]
+                if wrong:
+                    self._wrong_family(peer, wrong)
+        self._unknown_peers(changed)
+        if self._touched is not None:
+            for peer, prefixes in changed.items():
+                self._touched.setdefault(peer, set()).update(prefixes)
+        self._dirty = True
+        self.converged = False
+
+    def set_mode(self, mode: DriverMode) -> None:
+        if mode is not self.mode:
+            log(_logger, logging.INFO, "driver.mode", mode=str(mode))
+            self.mode = mode
+            self._mark_dirty()
+
+    def _wrong_family(self, peer: PeerName, wrong: Sequence[IPNetwork]) -> None:
+        self.stats.wrong_family += len(wrong)
+        log(
+            _logger,
+            logging.ERROR,
+            "driver.wrong_family",
+            peer=peer,
+            prefixes=",".join(str(p) for p in wrong[:5]),
+            count=len(wrong),
+        )
+
+    def _unknown_peers(self, peers: Mapping[PeerName, object]) -> None:
+        unknown = sorted(set(peers) - set(self._neighbors))
+        if unknown:
+            log(_logger, logging.DEBUG, "driver.unknown_peers", peers=",".join(unknown))
+
+    def _mark_dirty(self) -> None:
+        """Anything may have changed: the next plan compares every prefix."""
+        self._touched = None
+        self._dirty = True
+        self.converged = False
+
+    # ------------------------------------------------------------------ outputs
+
+    def effective(self) -> Routes:
+        """What ExaBGP should hold now: the desired set of configured peers, transformed
+        by the mode."""
+        base: Routes = {}
+        for peer, routes in self._desired.items():
+            n = self._neighbors.get(peer)
+            if n is None:
+                continue
+            # One family per session: an IPv6 prefix sent on an IPv4 session in an
+            # `announce attributes ... nlri` makes ExaBGP send an UPDATE the router
+            # rejects, resetting the session (seen with GoBGP). Never send one.
+            # Shared, not copied, when all are of the family (the usual case): callers
+            # only read it.
+            family = n.peer.family
+            base[peer] = (
+                routes
+                if not self._version_counts[peer][10 - family]
+                else {p: a for p, a in routes.items() if p.version == family}
+            )
+        if self.mode is DriverMode.WITHDRAWN:
+            return {}
+        if self.mode is DriverMode.RETAINED:
+            return {p: r for p, r in base.items() if self._neighbors[p].graceful_restart}
+        if self.mode is DriverMode.DRAINING:
+            ibgp = [n.name for n in self._neighbors.values() if n.peer.is_ibgp]
+            return drained(base, ibgp)
+        return base
+
+    def ack_timed_out(self, now: float) -> bool:
+        """True once (until the next reset) when the oldest command in flight waited more
+        than ``ack_timeout``: ExaBGP is hung, and the caller has it killed (the restart
+        replays everything)."""
+        if not self._overdue(now) or self._dead_reported:
+            return False
+        self._dead_reported = True
+        self.stats.ack_timeouts += 1
+        log(
+            _logger,
+            logging.ERROR,
+            "driver.ack_timeout",
+            command=self._in_flight[0].command.text[:200],
+            seconds=self.ack_timeout,
+        )
+        return True
+
+    def _overdue(self, now: float) -> bool:
+        return bool(self._in_flight) and now - self._in_flight[0].sent_at > self.ack_timeout
+
+    def next_commands(self, now: float) -> list[Command]:
+        """The commands to write now, within the window: at most ``window`` in flight, and
+        a synchronous command (answered at once by ExaBGP, overtaking queued ones) only
+        when nothing else is in flight, with nothing after it until its answer (acks are
+        matched in order). Nothing while disconnected or while an answer is overdue."""
+        out: list[Command] = []
+        if not self.connected or self._overdue(now):
+            return out
+        eff: Routes | None = None
+        if self._dirty:
+            eff = self.effective()
+            selectors = {name: n.selector for name, n in self._neighbors.items()}
+            keys = self._plan_keys()
+            self._planned_all = keys is None
+            if keys is None:
+                commands = plan(self._sent, eff, selectors, batch=self.batch)
+            else:
+                # Only these prefixes can differ (see _plan_keys): the same commands as
+                # the plan of everything, at the cost of the changes.
+                sent, want = restrict(self._sent, keys), restrict(eff, keys)
+                commands = plan(sent, want, selectors, batch=self.batch)
+            self._queue = collections.deque(commands)
+            self._touched, self._retry = {}, {}
+            self._dirty = False
+        queue, in_flight = self._queue, self._in_flight
+        while queue and len(in_flight) < self.window:
+            if in_flight and in_flight[-1].command.sync:
+                return out
+            cmd = queue[0]
+            if cmd.sync and in_flight:
+                return out
+            queue.popleft()
+            self._record_sent(cmd, now)
+            out.append(cmd)
+        if not queue and not in_flight:
+            eff = eff if eff is not None else self.effective()
+            eors = self._eor_ready(eff)
+            if eors:
+                # One at a time: each is synchronous; the rest wait in the queue.
+                queue.extend(eors)
+                cmd = queue.popleft()
+                self._record_sent(cmd, now)
+                out.append(cmd)
+                return out
+            if self._planned_all:
+                self.converged = {p: r for p, r in self._acked.items() if r} == {
+                    p: r for p, r in eff.items() if r
+                }
+            else:
+                # Since a plan of only the changes, ExaBGP holds what was sent, and that
+                # is what is wanted, except where a command was refused.
+                self.converged = all(
+                    self._acked.get(peer, {}).get(p) == eff.get(peer, {}).get(p)
+                    for peer, prefixes in self._retry.items()
+                    for p in prefixes
+                )
+        return out
+
+    def _record_sent(self, cmd: Command, now: float) -> None:
+        self.stats.commands_sent[cmd.kind.value] += 1
+        self._in_flight.append(_InFlight(cmd, now))
+        if cmd.peer is not None:
+            sent = self._sent.setdefault(cmd.peer, {})
+            for prefix, attrs in cmd.changes:
+                if attrs is None:
+                    sent.pop(prefix, None)
+                else:
+                    sent[prefix] = attrs
+
+    def _eor_ready(self, eff: Routes) -> list[Command]:
+        out = []
+        for name in sorted(self._eor_due):
+            n = self._neighbors.get(name)
+            if n is None:
+                self._eor_due.discard(name)
+                continue
+            if self._acked.get(name, {}) == eff.get(name, {}):
+                out.append(eor_command(name, n.selector, n.family))
+        return out
+
+    def _plan_keys(self) -> dict[PeerName, set[IPNetwork]] | None:
+        """The prefixes that can differ between what ExaBGP was sent and what is wanted,
+        or None when any can. After a plan, everything that differed is queued; since,
+        only apply_changes() changed the wanted set (its prefixes are in _touched) and
+        only sending or a refused command changed the sent one: so the difference lies
+        within the touched, queued and refused prefixes."""
+        if self._touched is None:
+            return None
+        keys = {peer: set(prefixes) for peer, prefixes in self._touched.items()}
+        for cmd in self._queue:
+            if cmd.peer is not None and cmd.changes:
+                keys.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
+        for peer, prefixes in self._retry.items():
+            keys.setdefault(peer, set()).update(prefixes)
+        return keys
+
+    # ------------------------------------------------------------------ observers
+
+    @property
+    def in_flight(self) -> int:
+        """Commands written and not answered yet."""
+        return len(self._in_flight)
+
+    def acknowledged(self) -> DesiredRoutes:
+        return {p: dict(r) for p, r in self._acked.items() if r}
+
+    def neighbors(self) -> Mapping[PeerName, Neighbor]:
+        return dict(self._neighbors)
+
+    def peer_status(self) -> Mapping[PeerName, PeerStatus]:
+        eff = self.effective()
+        # What ExaBGP acknowledged differs from what is wanted only where a plan may
+        # (_plan_keys) or a command is in flight: count there, not over every route.
+        keys = self._plan_keys()
+        if keys is not None:
+            for item in self._in_flight:
+                if item.command.peer is not None and item.command.changes:
+                    ps = keys.setdefault(item.command.peer, set())
+                    ps.update(p for p, _ in item.command.changes)
+        out: dict[PeerName, PeerStatus] = {}
+        for name, n in sorted(self._neighbors.items()):
+            s = self._sessions.get(name, _Session())
+            have = self._acked.get(name, {})
+            want = eff.get(name, {})
+            if keys is None:
+                todo, gone = delta(have, want)
+            else:
+                ks = {name: keys.get(name, set())}
+                todo, gone = delta(
+                    restrict({name: have}, ks).get(name, {}),
+                    restrict({name: want}, ks).get(name, {}),
+                )
+            out[name] = PeerStatus(
+                peer=name,
+                address=n.peer.peer_address,
+                state=s.state,
+                since=s.since,
+                reason=s.reason,
+                acknowledged=len(have),
+                pending=len(todo) + len(gone),
+            )
+        return out

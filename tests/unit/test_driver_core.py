@@ -1,0 +1,575 @@
+"""DriverCore, the ExaBGP driver without I/O: tables of inputs and the commands and beliefs
+that follow, and a Hypothesis state machine that interleaves desired-set changes, acks,
+error acks, ack timeouts, helper reconnects, ExaBGP restarts, session events and mode
+changes against a simulated ExaBGP."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from bgpd.exabgp.core import DriverCore, DriverMode
+from bgpd.exabgp.plan import Command, CommandKind, drained, plan
+from bgpd.exabgp.render import Neighbor
+from bgpd.model import (
+    BGPPeer,
+    DesiredRoutes,
+    IPNetwork,
+    NodeName,
+    PeerEvent,
+    PeerName,
+    RouteAttributes,
+    RouteChange,
+    RouteEvent,
+    SessionState,
+    SpeakerEvent,
+)
+
+PLAIN = RouteAttributes()
+TAGGED = RouteAttributes(communities=("65000:1",))
+GR = PeerName("gr4")  # IPv4, eBGP, graceful restart
+IBGP = PeerName("ibgp4")  # IPv4, iBGP
+V6 = PeerName("v6")  # IPv6, eBGP
+UNKNOWN = PeerName("elsewhere")  # not configured on this node
+
+
+def net(text: str) -> IPNetwork:
+    return ipaddress.ip_network(text)
+
+
+def neighbor(name: str, peer: str, local: str, *, asn: int = 65001, gr: bool = False) -> Neighbor:
+    return Neighbor(
+        peer=BGPPeer(
+            name=PeerName(name),
+            my_asn=65000,
+            peer_asn=asn,
+            peer_address=ipaddress.ip_address(peer),
+            enable_graceful_restart=gr,
+        ),
+        local_address=ipaddress.ip_address(local),
+        router_id=ipaddress.IPv4Address("192.0.2.10"),
+    )
+
+
+NEIGHBORS = (
+    neighbor(GR, "192.0.2.1", "192.0.2.10", gr=True),
+    neighbor(IBGP, "192.0.2.2", "192.0.2.10", asn=65000),
+    neighbor(V6, "2001:db8::1", "2001:db8::10"),
+)
+BY_NAME = {n.name: n for n in NEIGHBORS}
+SELECTORS = {n.name: n.selector for n in NEIGHBORS}
+
+
+def core(
+    *, window: int = 4, batch: int = 100, events: list[SpeakerEvent] | None = None
+) -> DriverCore:
+    c = DriverCore(
+        node=NodeName("n1"),
+        window=window,
+        batch=batch,
+        ack_timeout=10.0,
+        emit=(events.append if events is not None else lambda _: None),
+    )
+    c.configure(NEIGHBORS)
+    c.reset(0.0)
+    c.connect()
+    return c
+
+
+def state_doc(peer: PeerName, state: str) -> dict[str, object]:
+    n = BY_NAME[peer]
+    return {
+        "type": "state",
+        "neighbor": {
+            "address": {"peer": str(n.peer.peer_address), "local": str(n.local_address)},
+            "state": str(state),
+        },
+    }
+
+
+def answer_all(c: DriverCore, *, done: bool = True, now: float = 0.0) -> list[Command]:
+    """Send and answer until nothing is left to send; every command answered ``done``
+    (or, with ``done=False``, ``error``). Returns what was sent, in order."""
+    sent: list[Command] = []
+    while commands := c.next_commands(now):
+        sent += commands
+        for _ in commands:
+            c.on_ack(done, now)
+    return sent
+
+
+def texts(commands: Iterable[Command]) -> list[str]:
+    return [c.text for c in commands]
+
+
+# ---------------------------------------------------------------------- tables
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [
+        pytest.param(
+            DriverMode.NORMAL,
+            {GR: {net("10.0.0.1/32"): TAGGED}, IBGP: {net("10.0.0.2/32"): PLAIN}},
+            id="normal",
+        ),
+        pytest.param(
+            DriverMode.DRAINING,
+            drained({GR: {net("10.0.0.1/32"): TAGGED}, IBGP: {net("10.0.0.2/32"): PLAIN}}, [IBGP]),
+            id="draining-ibgp-local-pref-0",
+        ),
+        pytest.param(DriverMode.WITHDRAWN, {}, id="withdrawn"),
+        pytest.param(
+            DriverMode.RETAINED, {GR: {net("10.0.0.1/32"): TAGGED}}, id="retained-graceful-only"
+        ),
+    ],
+)
+def test_mode_decides_what_exabgp_holds(mode: DriverMode, expected: DesiredRoutes) -> None:
+    c = core()
+    c.apply(
+        {
+            GR: {net("10.0.0.1/32"): TAGGED},
+            IBGP: {net("10.0.0.2/32"): PLAIN},
+            UNKNOWN: {net("10.0.0.3/32"): PLAIN},
+        }
+    )
+    answer_all(c)
+    c.set_mode(mode)
+    answer_all(c)
+    assert c.acknowledged() == expected
+    assert c.converged
+
+
+@pytest.mark.parametrize(
+    ("window", "batch", "routes", "first_burst"),
+    [
+        pytest.param(4, 100, 3, 1, id="one-batch"),
+        pytest.param(2, 1, 5, 2, id="window-bounds-the-burst"),
+        pytest.param(4, 2, 5, 3, id="batches-of-two"),
+    ],
+)
+def test_window_and_batch(window: int, batch: int, routes: int, first_burst: int) -> None:
+    c = core(window=window, batch=batch)
+    c.apply({GR: {net(f"10.0.0.{i}/32"): PLAIN for i in range(1, routes + 1)}})
+    first = c.next_commands(0.0)
+    assert len(first) == first_burst
+    assert c.next_commands(0.0) == []  # the window is full, or everything is out
+    assert sum(len(cmd.changes) for cmd in first) <= window * batch
+    for _ in first:
+        c.on_ack(True, 0.0)
+    answer_all(c)
+    assert len(c.acknowledged()[GR]) == routes
+
+
+def test_announces_before_withdraws_and_a_changed_attribute_is_a_reannounce() -> None:
+    c = core()
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
+    answer_all(c)
+    c.apply({GR: {net("10.0.0.2/32"): TAGGED, net("10.0.0.3/32"): PLAIN}})
+    sent = answer_all(c)
+    assert [cmd.kind for cmd in sent] == [
+        CommandKind.ANNOUNCE,
+        CommandKind.ANNOUNCE,
+        CommandKind.WITHDRAW,
+    ]
+    assert c.acknowledged() == {GR: {net("10.0.0.2/32"): TAGGED, net("10.0.0.3/32"): PLAIN}}
+
+
+def test_error_ack_falls_back_and_is_retried_on_the_next_apply_only() -> None:
+    c = core()
+    desired = {GR: {net("10.0.0.1/32"): PLAIN}}
+    c.apply(desired)
+    (cmd,) = c.next_commands(0.0)
+    c.on_ack(False, 0.0)
+    assert c.stats.command_errors == 1
+    assert c.stats.last_error == cmd.text
+    assert c.acknowledged() == {}
+    assert c.next_commands(0.0) == []  # not at once: a deterministic error would loop
+    assert not c.converged
+    assert c.peer_status()[GR].pending == 1
+    c.apply_changes(desired, {})
+    assert texts(answer_all(c)) == [cmd.text]
+    assert c.acknowledged() == desired
+    assert c.converged
+
+
+def test_apply_changes_plans_only_the_changed_prefixes_and_does_not_keep_desired() -> None:
+    c = core()
+    desired = {GR: {net(f"10.0.0.{i}/32"): PLAIN for i in range(1, 51)}}
+    c.apply(desired)
+    answer_all(c)
+    desired[GR][net("10.0.0.7/32")] = TAGGED
+    del desired[GR][net("10.0.0.8/32")]
+    c.apply_changes(desired, {GR: {net("10.0.0.7/32"), net("10.0.0.8/32")}})
+    desired[GR][net("10.0.0.9/32")] = TAGGED  # after the call: not the core's business
+    sent = answer_all(c)
+    assert [(cmd.kind, cmd.changes) for cmd in sent] == [
+        (CommandKind.ANNOUNCE, ((net("10.0.0.7/32"), TAGGED),)),
+        (CommandKind.WITHDRAW, ((net("10.0.0.8/32"), None),)),
+    ]
+    assert c.acknowledged()[GR][net("10.0.0.9/32")] == PLAIN
+    assert c.converged
+
+
+def test_wrong_family_and_unknown_peers_are_never_sent() -> None:
+    c = core()
+    c.apply(
+        {
+            GR: {net("10.0.0.1/32"): PLAIN, net("2001:db8:1::1/128"): PLAIN},
+            V6: {net("2001:db8:1::2/128"): PLAIN},
+            UNKNOWN: {net("10.0.0.9/32"): PLAIN},
+        }
+    )
+    answer_all(c)
+    assert c.stats.wrong_family == 1
+    assert c.acknowledged() == {
+        GR: {net("10.0.0.1/32"): PLAIN},
+        V6: {net("2001:db8:1::2/128"): PLAIN},
+    }
+
+
+def test_synchronous_eor_goes_alone_after_the_routes_of_an_established_gr_peer() -> None:
+    c = core()
+    c.on_event(state_doc(GR, SessionState.UP), 5.0)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN}, IBGP: {net("10.0.0.2/32"): PLAIN}})
+    first = c.next_commands(0.0)
+    assert [cmd.kind for cmd in first] == [CommandKind.ANNOUNCE, CommandKind.ANNOUNCE]
+    c.on_ack(True, 0.0)
+    c.on_ack(True, 0.0)
+    (eor,) = c.next_commands(0.0)
+    assert eor.kind is CommandKind.EOR
+    assert eor.sync
+    assert eor.text == f"{BY_NAME[GR].selector} announce eor ipv4 unicast"
+    c.apply_changes({GR: {net("10.0.0.3/32"): PLAIN}}, {GR: {net("10.0.0.3/32")}})
+    assert c.next_commands(0.0) == []  # nothing follows a synchronous command in flight
+    c.on_ack(True, 0.0)
+    assert [cmd.kind for cmd in answer_all(c)] == [CommandKind.ANNOUNCE]
+    assert c.stats.commands_sent == {"announce": 3, "eor": 1}
+
+
+def test_refused_eor_waits_for_the_next_up() -> None:
+    c = core()
+    c.on_event(state_doc(GR, SessionState.UP), 0.0)
+    (eor,) = c.next_commands(0.0)
+    c.on_ack(False, 0.0)
+    assert c.stats.command_errors == 0
+    assert answer_all(c) == []
+    c.on_event(state_doc(GR, SessionState.DOWN), 1.0)
+    c.on_event(state_doc(GR, SessionState.UP), 2.0)
+    assert texts(answer_all(c)) == [eor.text]
+
+
+def test_restart_replays_everything_and_reconnect_replans_from_acknowledged() -> None:
+    events: list[SpeakerEvent] = []
+    c = core(window=1, batch=1, events=events)
+    desired = {GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}}
+    c.apply(desired)
+    c.next_commands(0.0)
+    c.on_ack(True, 0.0)
+    c.next_commands(0.0)  # in flight when the helper goes
+    c.disconnect()
+    assert c.next_commands(0.0) == []
+    c.connect()
+    assert texts(answer_all(c)) == [
+        f"{SELECTORS[GR]} announce attributes next-hop self nlri 10.0.0.2/32"
+    ]
+    c.on_event(state_doc(GR, SessionState.UP), 1.0)
+    answer_all(c)
+    c.reset(2.0)
+    assert c.acknowledged() == {}
+    assert c.peer_status()[GR].state is SessionState.DOWN
+    assert c.next_commands(0.0) == []  # no helper of the new ExaBGP yet
+    c.connect()
+    assert len(answer_all(c)) == 2
+    assert c.acknowledged() == desired
+    assert [e.state for e in events if isinstance(e, PeerEvent)] == [
+        SessionState.UP,
+        SessionState.DOWN,
+    ]
+    assert [e.change for e in events if isinstance(e, RouteEvent)] == [RouteChange.ANNOUNCED] * 4
+
+
+def test_ack_timeout_is_reported_once_and_stops_sending() -> None:
+    c = core(window=1, batch=1)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
+    c.next_commands(100.0)
+    assert not c.ack_timed_out(110.0)
+    assert c.ack_timed_out(110.5)
+    assert not c.ack_timed_out(111.0)
+    assert c.stats.ack_timeouts == 1
+    c.on_ack(True, 0.0)
+    c.next_commands(111.0)
+    assert c.next_commands(125.0) == []  # the answer is overdue: ExaBGP is hung
+    c.reset(0.0)
+    c.connect()
+    assert len(answer_all(c, now=130.0)) == 2
+    c.next_commands(200.0)
+    assert not c.ack_timed_out(300.0)  # nothing in flight
+
+
+def test_unexpected_ack_is_ignored() -> None:
+    c = core()
+    c.on_ack(True, 0.0)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN}})
+    answer_all(c)
+    assert c.acknowledged() == {GR: {net("10.0.0.1/32"): PLAIN}}
+
+
+@pytest.mark.parametrize(
+    ("doc", "state"),
+    [
+        pytest.param(state_doc(IBGP, SessionState.UP), SessionState.UP, id="up"),
+        pytest.param(
+            {**state_doc(IBGP, SessionState.UP), "type": "update"},
+            SessionState.DOWN,
+            id="not-state",
+        ),
+        pytest.param(
+            {"type": "state", "neighbor": {"address": {"peer": "192.0.2.99"}, "state": "up"}},
+            SessionState.DOWN,
+            id="unknown-peer",
+        ),
+        pytest.param(
+            {
+                "type": "state",
+                "neighbor": {"address": {"peer": "192.0.2.2", "local": "None"}, "state": "up"},
+            },
+            SessionState.UP,
+            id="no-local-address",
+        ),
+        pytest.param(state_doc(IBGP, "sideways"), SessionState.DOWN, id="unknown-state"),
+    ],
+)
+def test_session_events(doc: dict[str, object], state: SessionState) -> None:
+    c = core()
+    c.on_event(doc, 1.0)
+    assert c.peer_status()[IBGP].state is state
+
+
+def test_peer_status_counts_pending_where_a_difference_can_be() -> None:
+    c = core(window=1, batch=1)
+    desired = {GR: {net(f"10.0.0.{i}/32"): PLAIN for i in range(1, 4)}}
+    c.apply(desired)
+    answer_all(c)
+    desired[GR][net("10.0.0.4/32")] = PLAIN
+    del desired[GR][net("10.0.0.1/32")]
+    c.apply_changes(desired, {GR: {net("10.0.0.4/32"), net("10.0.0.1/32")}})
+    assert c.peer_status()[GR].pending == 2
+    c.next_commands(0.0)
+    assert c.peer_status()[GR].pending == 2  # one in flight, one queued
+    c.on_ack(True, 0.0)
+    assert c.peer_status()[GR].pending == 1
+    answer_all(c)
+    status = c.peer_status()[GR]
+    assert (status.acknowledged, status.pending) == (3, 0)
+
+
+# ---------------------------------------------------------------------- interleavings
+
+
+def target(desired: DesiredRoutes, mode: DriverMode) -> DesiredRoutes:
+    """What plan() should bring ExaBGP to, written plainly (the oracle): the configured
+    peers' routes of their session's family, transformed by the mode, no empty peers."""
+    base = {
+        peer: {p: a for p, a in routes.items() if p.version == BY_NAME[peer].peer.family}
+        for peer, routes in desired.items()
+        if peer in BY_NAME
+    }
+    if mode is DriverMode.WITHDRAWN:
+        base = {}
+    elif mode is DriverMode.RETAINED:
+        base = {peer: r for peer, r in base.items() if BY_NAME[peer].graceful_restart}
+    elif mode is DriverMode.DRAINING:
+        base = drained(base, [IBGP])
+    return {peer: r for peer, r in base.items() if r}
+
+
+PREFIXES = [net(f"10.0.0.{i}/32") for i in range(1, 6)] + [
+    net(f"2001:db8:1::{i}/128") for i in range(1, 4)
+]
+PEERS = [GR, IBGP, V6, UNKNOWN]
+attrs = st.sampled_from([PLAIN, TAGGED, RouteAttributes(med=5)])
+route_sets = st.dictionaries(
+    st.sampled_from(PEERS),
+    st.dictionaries(st.sampled_from(PREFIXES), attrs, min_size=1, max_size=6),
+    min_size=1,
+)
+changes = st.lists(
+    st.tuples(st.sampled_from(PEERS), st.sampled_from(PREFIXES), st.none() | attrs),
+    min_size=1,
+    max_size=6,
+)
+
+
+class Interleavings(RuleBasedStateMachine):
+    """A simulated ExaBGP holds the routes of every command it answered ``done``; the
+    helper relays commands and answers in order. At every step the core's acknowledged
+    set is what ExaBGP holds; whenever it goes quiet (a re-apply, then every command
+    answered ``done``), that is plan()'s target for the desired set and the mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = core(window=3, batch=2)
+        self.now = 0.0
+        self.desired: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        self.mode = DriverMode.NORMAL
+        self.rib: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        self.outstanding: list[Command] = []
+        self.up: set[PeerName] = set()
+        #: Graceful-restart peers established since their last End-of-RIB.
+        self.eor_owed: set[PeerName] = set()
+
+    # -------------------------------------------------------------- the world
+
+    @rule(desired=route_sets)
+    def apply(self, desired: dict[PeerName, dict[IPNetwork, RouteAttributes]]) -> None:
+        self.desired = {peer: dict(r) for peer, r in desired.items() if r}
+        self.core.apply(desired)
+
+    @rule(changed=changes)
+    def apply_changes(
+        self, changed: list[tuple[PeerName, IPNetwork, RouteAttributes | None]]
+    ) -> None:
+        keys: dict[PeerName, set[IPNetwork]] = {}
+        for peer, prefix, a in changed:
+            keys.setdefault(peer, set()).add(prefix)
+            routes = self.desired.setdefault(peer, {})
+            if a is None:
+                routes.pop(prefix, None)
+            else:
+                routes[prefix] = a
+        self.desired = {peer: r for peer, r in self.desired.items() if r}
+        # The caller's dict, changed after the call in later rules: read, not kept.
+        self.core.apply_changes(self.desired, keys)
+
+    @rule(mode=st.sampled_from(DriverMode))
+    def set_mode(self, mode: DriverMode) -> None:
+        self.mode = mode
+        self.core.set_mode(mode)
+
+    @rule()
+    def send(self) -> None:
+        commands = self.core.next_commands(self.now)
+        self.outstanding += commands
+        assert len(self.outstanding) <= self.core.window
+        for i, cmd in enumerate(self.outstanding):
+            if cmd.sync:
+                assert len(self.outstanding) == i + 1 == 1, "a sync command goes alone"
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule(done=st.booleans())
+    def answer(self, done: bool) -> None:
+        cmd = self.outstanding.pop(0)
+        if cmd.kind is CommandKind.EOR:
+            done = cmd.peer in self.up  # ExaBGP refuses it when not established
+            if done:
+                self.eor_owed.discard(cmd.peer)
+        elif done and cmd.peer is not None:
+            routes = self.rib.setdefault(cmd.peer, {})
+            for prefix, a in cmd.changes:
+                if a is None:
+                    routes.pop(prefix, None)
+                else:
+                    routes[prefix] = a
+        self.core.on_ack(done, self.now)
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule(done=st.booleans())
+    def answer_every_outstanding(self, done: bool) -> None:
+        """A burst of answers, all ``done`` or all ``error`` (ExaBGP refusing a run)."""
+        while self.outstanding:
+            self.answer(done)
+
+    @rule(peer=st.sampled_from([GR, IBGP, V6]), up=st.booleans())
+    def session(self, peer: PeerName, up: bool) -> None:
+        if up:
+            self.up.add(peer)
+            if BY_NAME[peer].graceful_restart:
+                self.eor_owed.add(peer)
+        else:
+            self.up.discard(peer)
+            self.eor_owed.discard(peer)
+        self.core.on_event(state_doc(peer, SessionState.UP if up else SessionState.DOWN), self.now)
+
+    @rule()
+    def helper_reconnects(self) -> None:
+        """The helper died: what it had not passed on never reaches ExaBGP."""
+        self.outstanding.clear()
+        self.core.disconnect()
+        self.core.connect()
+
+    @rule()
+    def exabgp_restarts(self) -> None:
+        self._restart()
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule()
+    def ack_timeout(self) -> None:
+        """ExaBGP hangs: the oldest answer is overdue, the supervisor kills it."""
+        self.now += self.core.ack_timeout + 1
+        assert self.core.next_commands(self.now) == []
+        assert self.core.ack_timed_out(self.now)
+        assert not self.core.ack_timed_out(self.now)
+        self._restart()
+
+    def _restart(self) -> None:
+        self.rib.clear()
+        self.outstanding.clear()
+        self.up.clear()
+        self.eor_owed.clear()
+        self.core.reset(self.now)
+        self.core.connect()
+
+    @rule(whole=st.booleans())
+    def quiet(self, whole: bool) -> None:
+        """The reconciler applies again, the whole set or no change (either retries the
+        refused routes), and ExaBGP answers everything ``done``: the core reaches plan()'s
+        target and says converged."""
+        if whole:
+            self.core.apply(self.desired)
+        else:
+            self.core.apply_changes(self.desired, {})
+        for _ in range(1000):
+            self.send()
+            if not self.outstanding:
+                break
+            while self.outstanding:
+                self.answer(True)
+        else:
+            raise AssertionError("the core never went quiet")
+        want = target(self.desired, self.mode)
+        assert self.core.acknowledged() == want
+        assert plan(self.core.acknowledged(), want, SELECTORS) == []
+        assert self.core.converged
+        assert all(s.pending == 0 for s in self.core.peer_status().values())
+        assert not self.eor_owed, "an established graceful-restart peer lacks End-of-RIB"
+
+    # -------------------------------------------------------------- always
+
+    @invariant()
+    def acknowledged_is_what_exabgp_holds(self) -> None:
+        assert self.core.acknowledged() == {p: r for p, r in self.rib.items() if r}
+
+    @invariant()
+    def sessions_as_reported(self) -> None:
+        states = {p: s.state for p, s in self.core.peer_status().items()}
+        assert states == {
+            p: SessionState.UP if p in self.up else SessionState.DOWN for p in BY_NAME
+        }
+
+    def teardown(self) -> None:
+        self.quiet(whole=False)
+
+
+TestInterleavings = Interleavings.TestCase
+TestInterleavings.settings = settings(
+    max_examples=250,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
