@@ -11,25 +11,29 @@ line; :func:`exabgp_argv` and :func:`exabgp_env` start an ExaBGP with no kube-bg
 
 :class:`BareExaBGP` is such an ExaBGP; :class:`CommandFeed` gives one an API process that
 reads commands from a FIFO and counts ExaBGP's acknowledgements, so a benchmark can
-drive ExaBGP with no kube-bgpd driver in between.
+drive ExaBGP with no kube-bgpd driver in between. :func:`exabgp_runtime` runs the
+product's own ExaBGP runtime (supervisor, helper, driver) for a component test.
 
 What it must not do: stop a process by name, or leave one running after its group ends.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bgpd.exabgp.render import render
+from bgpd.exabgp.render import Rendering, render
+from bgpd.exabgp.runtime import ExaBGPRuntime
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName
 
 
@@ -327,3 +331,28 @@ class FedExaBGP:
     def close(self) -> None:
         self.group.stop(grace=5)
         self.feed.close()
+
+
+@contextlib.asynccontextmanager
+async def exabgp_runtime(
+    rendering: Rendering,
+    *,
+    node: NodeName,
+    work_dir: Path,
+    prefix: Sequence[str] = (),
+    **opts: Any,
+) -> AsyncIterator[ExaBGPRuntime]:
+    """The product's ExaBGP runtime (supervisor, helper, driver) for ``rendering``, running
+    until the block ends; then stopped without a withdraw and its task cancelled (tests of
+    the graceful stop call ``rt.stop()`` themselves). ``prefix``: a lab node's exec prefix."""
+    rt = ExaBGPRuntime(node=node, work_dir=work_dir, prefix=prefix, **opts)
+    rt.configure(rendering)
+    task = asyncio.create_task(rt.run(), name=f"exabgp-{node}")
+    try:
+        yield rt
+    finally:
+        if not task.done():
+            await rt.stop(withdraw=False)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

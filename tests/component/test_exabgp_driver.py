@@ -37,6 +37,7 @@ from bgpd.model import (
     RouteEvent,
     SessionState,
 )
+from kbgpd_lab.kit.processes import exabgp_runtime
 from kbgpd_lab.lab.netns import process_alive
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
 from kbgpd_lab.lab.topology import Topology
@@ -82,30 +83,21 @@ async def running(
 ) -> AsyncIterator[ExaBGPRuntime]:
     """An ExaBGPRuntime for node N, running until the block ends (then killed, no
     graceful stop: tests of the graceful stop call rt.stop() themselves)."""
-    rt = ExaBGPRuntime(
+    rendering = render(
+        Config(peers=peers),
+        node_of(topology, node),
+        kernel_choices={},
+        passwords=passwords or {},
+        helper_argv=helper_argv(),
+    )
+    async with exabgp_runtime(
+        rendering,
         node=NodeName(f"node{node}"),
         work_dir=tmp_path / f"node{node}",
         prefix=topology.nodes[node - 1].exec_prefix(),
         **opts,
-    )
-    rt.configure(
-        render(
-            Config(peers=peers),
-            node_of(topology, node),
-            kernel_choices={},
-            passwords=passwords or {},
-            helper_argv=helper_argv(),
-        )
-    )
-    task = asyncio.create_task(rt.run(), name=f"exabgp-node{node}")
-    try:
+    ) as rt:
         yield rt
-    finally:
-        if not task.done():
-            await rt.stop(withdraw=False)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def wait_for(cond: Callable[[], bool], within: float = 20.0, what: str = "") -> None:

@@ -12,7 +12,6 @@ warning line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from collections.abc import Callable
@@ -22,8 +21,9 @@ import pytest
 
 from bgpd.exabgp import launch
 from bgpd.exabgp.render import render
-from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
+from bgpd.exabgp.runtime import helper_argv
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes
+from kbgpd_lab.kit.processes import exabgp_runtime
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Rib, Router
 from kbgpd_lab.lab.topology import Topology
 
@@ -69,16 +69,15 @@ async def test_unmodified_exabgp_announces_and_withdraws(
         peer_asn=ROUTER_ASN,
         hold_time=9,
     )
-    rt = ExaBGPRuntime(
-        node=node.name, work_dir=tmp_path / "node1", prefix=topology.nodes[0].exec_prefix()
+    rendering = render(
+        Config(peers=(peer,)), node, kernel_choices={}, passwords={}, helper_argv=helper_argv()
     )
-    rt.configure(
-        render(
-            Config(peers=(peer,)), node, kernel_choices={}, passwords={}, helper_argv=helper_argv()
-        )
-    )
-    task = asyncio.create_task(rt.run(), name="exabgp-node1")
-    try:
+    async with exabgp_runtime(
+        rendering,
+        node=node.name,
+        work_dir=tmp_path / "node1",
+        prefix=topology.nodes[0].exec_prefix(),
+    ) as rt:
         rt.driver.apply({peer.name: dict.fromkeys(PREFIXES, RouteAttributes())})
         assert await rt.driver.wait_converged(60)
 
@@ -95,12 +94,6 @@ async def test_unmodified_exabgp_announces_and_withdraws(
             return set(rib) == set(kept)
 
         await asyncio.to_thread(router.wait_rib, only_kept, 60)
-    finally:
-        if not task.done():
-            await rt.stop(withdraw=False)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
     [line] = launcher_warnings(caplog)
     assert "running ExaBGP unmodified (requested" in line
     # The launcher read the unpatched limit from ExaBGP and compared the driver's window.
