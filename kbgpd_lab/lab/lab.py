@@ -51,6 +51,7 @@ from typing import Any, Self
 import yaml
 
 from bgpd.model import IPAddress
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.kit.processes import FedExaBGP
 from kbgpd_lab.lab.apicluster import (
     API_PORT,
@@ -184,40 +185,21 @@ def speaker_config(
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "lab"},
-            "spec": {"addresses": pools},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "lab"},
-            "spec": {"ipAddressPools": ["lab"]},
-        },
-        {
-            "apiVersion": "kube-bgpd.io/v1alpha1",
-            "kind": "SpeakerConfig",
-            "metadata": {"name": "speaker"},
-            "spec": {"drainWindow": f"{drain_window}s", "listen": True, "onSigterm": on_sigterm},
-        },
+        manifests.pool("lab", pools),
+        manifests.advertisement("lab", ipAddressPools=["lab"]),
+        manifests.speaker_config(drainWindow=f"{drain_window}s", listen=True, onSigterm=on_sigterm),
     ]
-    for fam in (4, 6) if topo.ipv6 else (4,):
-        docs.append(
-            {
-                "apiVersion": "metallb.io/v1beta2",
-                "kind": "BGPPeer",
-                "metadata": {"name": f"tor-v{fam}"},
-                "spec": {
-                    "myASN": NODE_ASN,
-                    "peerASN": ROUTER_ASN,
-                    "peerAddress": str(topo.router_address(fam)),
-                    "holdTime": f"{hold_time}s",
-                    "enableGracefulRestart": graceful_restart,
-                },
-            }
+    docs += [
+        manifests.bgp_peer(
+            f"tor-v{fam}",
+            my_asn=NODE_ASN,
+            peer_asn=ROUTER_ASN,
+            address=str(topo.router_address(fam)),
+            holdTime=f"{hold_time}s",
+            enableGracefulRestart=graceful_restart,
         )
+        for fam in ((4, 6) if topo.ipv6 else (4,))
+    ]
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 

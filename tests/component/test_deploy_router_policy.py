@@ -27,6 +27,7 @@ import deploy_kit as kit
 import pytest
 import yaml
 
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.lab.routers import BirdRouter, FRRRouter, RouterConfig
 from kbgpd_lab.lab.speakerfiles import cluster_list, node_item, service_items
 from kbgpd_lab.lab.topology import Topology
@@ -59,25 +60,10 @@ def speaker_config() -> str:
     """The page's kube-bgpd side, plus a pool for each IP and a short drain window."""
     (peer,) = [d for d in yaml.safe_load_all(doc_block("yaml")) if d]
     docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "services"},
-            "spec": {"addresses": ["10.99.100.0/24", "10.99.101.0/24"]},
-        },
+        manifests.pool("services", ["10.99.100.0/24", "10.99.101.0/24"]),
         peer,
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "services"},
-            "spec": {"ipAddressPools": ["services"]},
-        },
-        {
-            "apiVersion": "kube-bgpd.io/v1alpha1",
-            "kind": "SpeakerConfig",
-            "metadata": {"name": "speaker"},
-            "spec": {"drainWindow": f"{DRAIN_WINDOW}s"},
-        },
+        manifests.advertisement("services", ipAddressPools=["services"]),
+        manifests.speaker_config(drainWindow=f"{DRAIN_WINDOW}s"),
     ]
     return yaml.safe_dump_all(docs)
 

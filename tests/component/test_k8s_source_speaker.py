@@ -26,6 +26,7 @@ import yaml
 from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit import manifests
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
@@ -34,40 +35,22 @@ KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 
 
 def config_text(peer_port: int, work: Path, exabgp_binary: str | None = None) -> str:
-    docs: list[dict[str, Any]] = [
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "IPAddressPool",
-            "metadata": {"name": "svc"},
-            "spec": {"addresses": ["10.99.5.0/24"]},
-        },
-        {
-            "apiVersion": "metallb.io/v1beta2",
-            "kind": "BGPPeer",
-            "metadata": {"name": "tor"},
-            "spec": {
-                "myASN": 64513,
-                "peerASN": 64512,
-                "peerAddress": "127.0.0.2",
-                "peerPort": peer_port,
-                "holdTime": "9s",
-            },
-        },
-        {
-            "apiVersion": "metallb.io/v1beta1",
-            "kind": "BGPAdvertisement",
-            "metadata": {"name": "svc"},
-            "spec": {"ipAddressPools": ["svc"]},
-        },
-        {
-            "apiVersion": "kube-bgpd.io/v1alpha1",
-            "kind": "SpeakerConfig",
-            "metadata": {"name": "speaker"},
-            "spec": {"workDir": str(work), "drainWindow": "1s"},
-        },
-    ]
+    speaker = manifests.speaker_config(workDir=str(work), drainWindow="1s")
     if exabgp_binary is not None:
-        docs[-1]["spec"]["exabgpBinary"] = exabgp_binary
+        speaker["spec"]["exabgpBinary"] = exabgp_binary
+    docs = [
+        manifests.pool("svc", ["10.99.5.0/24"]),
+        manifests.bgp_peer(
+            "tor",
+            my_asn=64513,
+            peer_asn=64512,
+            address="127.0.0.2",
+            peerPort=peer_port,
+            holdTime="9s",
+        ),
+        manifests.advertisement("svc", ipAddressPools=["svc"]),
+        speaker,
+    ]
     return yaml.safe_dump_all(docs)
 
 
