@@ -38,6 +38,7 @@ from bgpd.model import (
     SessionState,
 )
 from kbgpd_lab.kit.processes import exabgp_runtime
+from kbgpd_lab.kit.waiting import wait_until_async
 from kbgpd_lab.lab.netns import process_alive
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
 from kbgpd_lab.lab.topology import Topology
@@ -100,14 +101,6 @@ async def running(
         yield rt
 
 
-async def wait_for(cond: Callable[[], bool], within: float = 20.0, what: str = "") -> None:
-    deadline = time.monotonic() + within
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def stays(cond: Callable[[], Any], seconds: float, what: str) -> None:
     """``cond`` (run in a thread: it may query a router) holds at every check for
     ``seconds``: how a test shows that something does not happen, failing at the first
@@ -140,8 +133,10 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
         assert path.communities == ("65000:1",)
         assert path.large_communities == ("64512:1:2",)
         assert path.med == 30
-        await wait_for(
-            lambda: rt.driver.peer_status()[PeerName("tor")].state is SessionState.UP, what="up"
+        await wait_until_async(
+            lambda: rt.driver.peer_status()[PeerName("tor")].state is SessionState.UP,
+            what="up",
+            within=20,
         )
         status = rt.driver.peer_status()[PeerName("tor")]
         assert status.acknowledged == 2
@@ -269,8 +264,10 @@ async def test_md5(
         rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
         if up:
             await in_thread(router.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)
-            await wait_for(
-                lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP, what="up"
+            await wait_until_async(
+                lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP,
+                what="up",
+                within=20,
             )
         else:
             # A wrong key keeps the session down silently while commands answer done.
@@ -356,8 +353,10 @@ async def test_helper_killed_no_route_lost(
         (helper,) = exabgp_children(rt)
         os.kill(helper, signal.SIGKILL)
         exabgp_pid = rt.supervisor.pid
-        await wait_for(
-            lambda: rt.driver.stats.helper_connections > connections, what="helper reconnect"
+        await wait_until_async(
+            lambda: rt.driver.stats.helper_connections > connections,
+            what="helper reconnect",
+            within=20,
         )
         # The route stays at the peer and new routes still flow through the new helper.
         rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
@@ -397,22 +396,32 @@ async def test_exabgp_killed_routes_back(
         rt.driver.apply(routes("tor", prefixes))
         await in_thread(router.wait_rib, lambda r: len(r) == 50, 20)
         if graceful:
-            await wait_for(lambda: rt.driver.stats.commands_sent["eor"] >= 1, what="first EOR")
+            await wait_until_async(
+                lambda: rt.driver.stats.commands_sent["eor"] >= 1, what="first EOR", within=20
+            )
         stop = asyncio.Event()
         sizes: list[int] = []
         watcher = asyncio.create_task(watch_rib(router, stop, sizes))
-        await wait_for(lambda: len(sizes) >= 2, what="the watcher's first samples")
+        await wait_until_async(
+            lambda: len(sizes) >= 2, what="the watcher's first samples", within=20
+        )
         old = rt.supervisor.pid
         assert old is not None
         os.kill(old, signal.SIGKILL)
-        await wait_for(lambda: rt.supervisor.pid not in (None, old), what="restart")
-        await wait_for(
-            lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP, 30, "session up"
+        await wait_until_async(
+            lambda: rt.supervisor.pid not in (None, old), what="restart", within=20
+        )
+        await wait_until_async(
+            lambda: rt.driver.peer_status()[peer.name].state is SessionState.UP,
+            within=30,
+            what="session up",
         )
         await in_thread(router.wait_rib, lambda r: len(r) == 50, 30)
         if graceful:
-            await wait_for(
-                lambda: rt.driver.stats.commands_sent["eor"] >= 2, what="EOR after replay"
+            await wait_until_async(
+                lambda: rt.driver.stats.commands_sent["eor"] >= 2,
+                what="EOR after replay",
+                within=20,
             )
             # BIRD took the End-of-RIB: the restart is over and its stale routes (none
             # here) flushed; the watcher saw every moment up to then.
@@ -468,8 +477,12 @@ async def test_ack_timeout_restarts_and_replays(
         assert old is not None
         os.kill(old, signal.SIGSTOP)  # hung: no ack will come
         rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
-        await wait_for(lambda: rt.driver.stats.ack_timeouts == 1, 10, "ack timeout")
-        await wait_for(lambda: rt.supervisor.pid not in (None, old), 10, "restart")
+        await wait_until_async(
+            lambda: rt.driver.stats.ack_timeouts == 1, within=10, what="ack timeout"
+        )
+        await wait_until_async(
+            lambda: rt.supervisor.pid not in (None, old), within=10, what="restart"
+        )
         await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 30)
 
 
@@ -492,7 +505,9 @@ async def test_error_ack_is_surfaced_and_the_rest_flows(
         }
         rt.driver.apply(desired)
         await in_thread(gobgp_router.wait_rib, lambda r: len(r) == 2, 20)
-        await wait_for(lambda: rt.driver.stats.command_errors == 1, what="error ack")
+        await wait_until_async(
+            lambda: rt.driver.stats.command_errors == 1, what="error ack", within=20
+        )
         assert "70000:1" in rt.driver.stats.last_error
         assert rt.driver.stats.wrong_family == 1
         acked = rt.driver.acknowledged()[PeerName("tor")]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.netns import process_alive
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, BirdRouter, Router
 from kbgpd_lab.lab.speakerfiles import (
@@ -133,14 +134,6 @@ class SpeakerProc:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(10)
-
-
-def wait_for(condition: Callable[[], bool], within: float, what: str) -> None:
-    """Poll `condition()` until it holds; fail after `within` seconds saying `what`."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out after {within} s waiting for {what}"
-        time.sleep(0.02)
 
 
 @pytest.fixture
@@ -274,7 +267,7 @@ def test_killed_speaker_takes_exabgp_down(
     exabgp = sp.wait_status(lambda d: d["exabgp"]["pid"] is not None)["exabgp"]["pid"]
     sp.proc.kill()
     sp.proc.wait(10)
-    wait_for(lambda: not process_alive(exabgp), 5, "PR_SET_PDEATHSIG to stop ExaBGP")
+    wait_until(lambda: not process_alive(exabgp), within=5, what="PR_SET_PDEATHSIG to stop ExaBGP")
     bird.wait_rib(lambda r: not r, 10)
 
 
@@ -495,7 +488,9 @@ def test_node_drain_annotation_drains_then_its_removal_announces_again(
     sp.wait_status(lambda d: d["mode"] == "withdrawn")
 
     sp.dump.write_text(annotated_dump(ips, "maybe"))
-    wait_for(lambda: "speaker.drain_annotation_invalid" in sp.log_text(), 10, "the report")
+    wait_until(
+        lambda: "speaker.drain_annotation_invalid" in sp.log_text(), within=10, what="the report"
+    )
     assert "maybe" in sp.log_text()
     assert sp.status()["mode"] == "withdrawn"
     assert bird.rib() == {}

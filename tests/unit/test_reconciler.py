@@ -10,7 +10,7 @@ import contextlib
 import ipaddress
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +32,7 @@ from bgpd.model import (
     ServiceKey,
 )
 from bgpd.reconciler import Reconciler
+from kbgpd_lab.kit.waiting import wait_until_async
 
 CONFIG = config(
     pools=[pool("p", "10.99.100.0/24")], peers=[peer("tor", "172.31.250.1")], advertisements=[adv()]
@@ -101,13 +102,6 @@ def test_gating(synced: bool, stale: bool, applies: bool) -> None:
         assert r.last is result
 
 
-async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
-    """Until `condition()` holds (the loop under test runs in between), at most `within`."""
-    async with asyncio.timeout(within):
-        while not condition():  # noqa: ASYNC110 - the conditions read synchronous state
-            await asyncio.sleep(0.005)
-
-
 async def test_loop_walks_states() -> None:
     """Unsynced -> synced (announce) -> stale with an empty cache (kept) -> fresh empty
     (withdraw) -> config change via kick (announce again)."""
@@ -126,13 +120,13 @@ async def test_loop_walks_states() -> None:
     latencies: list[float] = []
 
     async def settle(count: int) -> None:
-        await wait_for(lambda: len(sink.applied) >= count)
+        await wait_until_async(lambda: len(sink.applied) >= count, within=5.0)
         assert r.last is not None
         latencies.append(r.last.latency)
 
     try:
         source.change(UP, synced=False)
-        await wait_for(lambda: r.skipped_unsynced == 1)
+        await wait_until_async(lambda: r.skipped_unsynced == 1, within=5.0)
         assert sink.applied == []
         source.change(UP)
         await settle(1)
@@ -141,7 +135,7 @@ async def test_loop_walks_states() -> None:
         await settle(2)
         assert sink.last() == ROUTE
         source.change(ClusterSnapshot(), stale=True)
-        await wait_for(lambda: r.skipped_stale == 1)
+        await wait_until_async(lambda: r.skipped_stale == 1, within=5.0)
         assert len(sink.applied) == 2
         source.change(cluster(nodes=[node("n1")]))
         await settle(3)
