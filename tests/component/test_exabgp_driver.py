@@ -38,7 +38,7 @@ from bgpd.model import (
     SessionState,
 )
 from kbgpd_lab.kit.processes import exabgp_runtime
-from kbgpd_lab.kit.waiting import wait_until_async
+from kbgpd_lab.kit.waiting import wait_until, wait_until_async
 from kbgpd_lab.lab.netns import process_alive
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router
 from kbgpd_lab.lab.topology import Topology
@@ -376,11 +376,12 @@ async def watch_rib(router: Router, stop: asyncio.Event, sizes: list[int], famil
 
 def wait_no_restarting(router: Router, within: float = 30.0) -> None:
     """Blocks until the router holds no peer's routes for graceful restart any more."""
-    deadline = time.monotonic() + within
-    while router.restarting_peers():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{router.kind}: graceful restart still running")
-        time.sleep(0.05)
+    wait_until(
+        lambda: not router.restarting_peers(),
+        within=within,
+        poll=0.05,
+        what=f"{router.kind}: graceful restart to end",
+    )
 
 
 @pytest.mark.parametrize(

@@ -114,18 +114,28 @@ class SpeakerProc:
     def wait_status(
         self, pred: Callable[[dict[str, Any]], bool], timeout: float = 20
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        last: dict[str, Any] | str = "no answer"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"speaker exited {self.proc.returncode}:\n{self.log_text()}")
+        last: list[dict[str, Any] | str] = ["no answer"]
+
+        def check() -> dict[str, Any] | None:
             out = self.cli("status", "--json")
-            if out.returncode == 0:
-                last = json.loads(out.stdout)
-                if pred(last):
-                    return last
-            time.sleep(0.1)
-        raise AssertionError(f"status condition not met; last: {last}\n{self.log_text()}")
+            if out.returncode != 0:
+                return None
+            doc: dict[str, Any] = json.loads(out.stdout)
+            last[0] = doc
+            return doc if pred(doc) else None
+
+        def exited() -> str | None:
+            code = self.proc.poll()
+            return None if code is None else f"speaker exited {code}"
+
+        return wait_until(
+            check,
+            within=timeout,
+            poll=0.1,
+            what="status condition",
+            give_up=exited,
+            details=lambda: f"last: {last[0]}\n{self.log_text()}",
+        )
 
     def log_text(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
