@@ -129,6 +129,9 @@ def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
             "large_communities": list(a.large_communities),
             "local_pref": a.local_pref,
             "med": a.med,
+            "link_bandwidth": None
+            if a.link_bandwidth is None
+            else a.link_bandwidth.bytes_per_second,
         }
         for peer, per in sorted(acknowledged.items())
         for prefix, a in sorted(
