@@ -62,6 +62,11 @@ def link_bandwidth(asn: int, bytes_per_second: int) -> LinkBandwidth:
     )
 
 
+def bytes_per_second(value: LinkBandwidth | None) -> int | None:
+    """The value /status and MQTT report as `link_bandwidth` (None: no community)."""
+    return None if value is None else value.bytes_per_second
+
+
 def exabgp_text(value: LinkBandwidth) -> str:
     """ExaBGP's words for the community, inside `extended-community [ ... ]`."""
     return f"bandwidth:{value.asn}:{value.bytes_per_second}"
