@@ -39,7 +39,9 @@ advertisements give the same prefix to the same peer they become one Route carry
 all those Services (sorted), with merged attributes: the union of communities and of
 large communities (sorted), the highest local-pref (the most preferred claim wins, as
 Cilium documents for overlapping advertisements) and the lowest MED (the most
-preferred value in the MED comparison, RFC 4271 9.1.2.2 c).
+preferred value in the MED comparison, RFC 4271 9.1.2.2 c). The link-bandwidth community
+(weighted ECMP for Local, bgpd.bandwidth): the sum over the route's Services when every
+one of them asks for it, else none.
 
 Per-Service attributes (metallb#934, #1388): the annotations
 `kube-bgpd.io/communities` (comma list of `a:b`, `large:a:b:c`, well-known names such
@@ -65,6 +67,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from bgpd.attributes import parse_community, parse_u32
+from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
     BGPAdvertisement,
     BGPPeer,
@@ -179,7 +182,8 @@ def has_serving_endpoint(snapshot: ClusterSnapshot, service: Service, node: Node
 
 def _has_serving(slices: tuple[EndpointSlice, ...], service: Service, node: NodeName) -> bool:
     if service.external_traffic_policy is TrafficPolicy.LOCAL:
-        return any(ep.can_serve and ep.node_name == node for s in slices for ep in s.endpoints)
+        # The count the link bandwidth is made of, so both follow one rule.
+        return serving_endpoints(slices, node) > 0
     return any(ep.can_serve for s in slices for ep in s.endpoints)
 
 
@@ -320,6 +324,11 @@ class _Merged:
     large: set[str] = field(default_factory=set)
     local_pref: int | None = None
     med: int | None = None
+    #: Link bandwidth (bgpd.bandwidth) per Service, bytes/s; `bandwidth_missing` when any
+    #: contribution carries none, which leaves the route without the community.
+    bandwidth: dict[ServiceKey, int] = field(default_factory=dict)
+    bandwidth_missing: bool = False
+    asn: int = 0
 
     def add(
         self,
@@ -327,8 +336,17 @@ class _Merged:
         adv: BGPAdvertisement,
         peer: BGPPeer,
         wanted: RouteAttributes,
+        endpoints: int,
     ) -> None:
         self.services.add(service)
+        per_endpoint = adv.link_bandwidth_per_endpoint
+        if per_endpoint is None or not endpoints:
+            self.bandwidth_missing = True
+        else:
+            # One Service through two advertisements counts once, at the larger value.
+            value = per_endpoint * endpoints
+            self.bandwidth[service] = max(value, self.bandwidth.get(service, 0))
+            self.asn = peer.my_asn
         self.communities.update(adv.communities, wanted.communities)
         self.large.update(adv.large_communities, wanted.large_communities)
         lp = wanted.local_pref if wanted.local_pref is not None else adv.local_pref
@@ -346,6 +364,9 @@ class _Merged:
                 large_communities=tuple(sorted(self.large)),
                 local_pref=self.local_pref,
                 med=self.med,
+                link_bandwidth=None
+                if self.bandwidth_missing or not self.bandwidth
+                else link_bandwidth(self.asn, sum(self.bandwidth.values())),
             ),
             services=tuple(sorted(self.services)),
         )
@@ -399,8 +420,10 @@ def skip_sort_key(skip: Skip) -> tuple[str, int, int, str, str]:
 
 # --------------------------------------------------------------------------- decide
 
-#: One Service's contribution to one route: (peer, prefix) it lands on, and what it adds.
-_Contribution = tuple[PeerName, IPNetwork, BGPAdvertisement, BGPPeer, RouteAttributes]
+#: One Service's contribution to one route: (peer, prefix) it lands on, and what it adds;
+#: last, the serving endpoints on this node when the advertisement asks for a link
+#: bandwidth for this Local Service (bgpd.bandwidth), else 0.
+_Contribution = tuple[PeerName, IPNetwork, BGPAdvertisement, BGPPeer, RouteAttributes, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,8 +495,8 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     if ctx.blocked is not None:
         return _Part(skips=(Skip(key, ctx.blocked),))
     scope = ctx.scope
+    local = svc.external_traffic_policy is TrafficPolicy.LOCAL
     if not _has_serving(slices, svc, scope.node):
-        local = svc.external_traffic_policy is TrafficPolicy.LOCAL
         return _Part(
             skips=(
                 Skip(
@@ -485,6 +508,7 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
         )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
+    endpoints = serving_endpoints(slices, scope.node) if local else 0
     for ip in dict.fromkeys(svc.ingress_ips):
         pool = scope.pool_of(ip)
         if pool is None:
@@ -496,7 +520,8 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
             continue
         for adv, peer in targets:
             length = adv.aggregation_length if ip.version == 4 else adv.aggregation_length_v6
-            contributions.append((peer.name, aggregate(ip, length), adv, peer, wanted))
+            asked = endpoints if adv.link_bandwidth_per_endpoint is not None else 0
+            contributions.append((peer.name, aggregate(ip, length), adv, peer, wanted, asked))
     return _Part(skips=tuple(skips), contributions=tuple(contributions))
 
 
@@ -521,11 +546,11 @@ def decide(
     for svc in snapshot.services.values():
         part = _service_part(ctx, svc, slices.get(svc.key, ()))
         skipped.extend(part.skips)
-        for peer_name, prefix, adv, peer, wanted in part.contributions:
+        for peer_name, prefix, adv, peer, wanted, endpoints in part.contributions:
             entry = merged.get((peer_name, prefix))
             if entry is None:
                 entry = merged[(peer_name, prefix)] = _Merged()
-            entry.add(svc.key, adv, peer, wanted)
+            entry.add(svc.key, adv, peer, wanted, endpoints)
     routes = sorted(
         (m.route(peer, prefix) for (peer, prefix), m in merged.items()), key=route_sort_key
     )
@@ -740,8 +765,8 @@ class Decider:
                 continue
             merged = _Merged()
             for service, contributions in group.items():
-                for _, _, adv, peer, wanted in contributions:
-                    merged.add(service, adv, peer, wanted)
+                for _, _, adv, peer, wanted, endpoints in contributions:
+                    merged.add(service, adv, peer, wanted, endpoints)
             peer_name, prefix, *_ = next(iter(group.values()))[0]
             route = merged.route(peer_name, prefix)
             at = bisect.bisect_left(self._route_order, target)

@@ -17,11 +17,13 @@ import ipaddress
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from bgpd.bandwidth import exabgp_text
 from bgpd.decision import decide, prefix_text
 from bgpd.model import (
     ClusterSnapshot,
     Config,
     Decision,
+    LinkBandwidth,
     NodeName,
     PeerName,
     PeerSkip,
@@ -75,6 +77,7 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
             "largeCommunities": list(r.attributes.large_communities),
             "localPref": r.attributes.local_pref,
             "med": r.attributes.med,
+            "linkBandwidth": link_bandwidth_json(r.attributes.link_bandwidth),
         }
         for key, r in route_entries(decision, service)
     ]
@@ -90,6 +93,13 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     if decision.peers_skipped:
         out["peersSkipped"] = [peer_skip_json(p) for p in decision.peers_skipped]
     return out
+
+
+def link_bandwidth_json(value: LinkBandwidth | None) -> JSONValue:
+    """The link-bandwidth community (bgpd.bandwidth): {"asn", "bytesPerSecond"} or null."""
+    if value is None:
+        return None
+    return {"asn": value.asn, "bytesPerSecond": value.bytes_per_second}
 
 
 def peer_skip_json(skip: PeerSkip) -> dict[str, JSONValue]:
@@ -114,6 +124,7 @@ def decision_from_json(doc: Mapping[str, Any]) -> Decision:
                 large_communities=tuple(r["largeCommunities"]),
                 local_pref=r["localPref"],
                 med=r["med"],
+                link_bandwidth=_link_bandwidth(r.get("linkBandwidth")),
             )
             key = (PeerName(r["peer"]), str(r["prefix"]), attrs)
             grouped.setdefault(key, []).append(ServiceKey(r["service"]))
@@ -171,6 +182,18 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+def _link_bandwidth(doc: Mapping[str, Any] | None) -> LinkBandwidth | None:
+    """link_bandwidth_json read back (absent in a document from an older speaker)."""
+    if doc is None:
+        return None
+    return LinkBandwidth(asn=int(doc["asn"]), bytes_per_second=int(doc["bytesPerSecond"]))
+
+
+def _bandwidth_words(value: LinkBandwidth | None) -> tuple[str, ...]:
+    """The COMMUNITIES column shows the extended community as ExaBGP is told it."""
+    return () if value is None else (exabgp_text(value),)
+
+
 def _optional(value: int | None) -> str:
     return "-" if value is None else str(value)
 
@@ -200,6 +223,7 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
                         [
                             *r.attributes.communities,
                             *(f"large:{c}" for c in r.attributes.large_communities),
+                            *_bandwidth_words(r.attributes.link_bandwidth),
                         ]
                     )
                     or "-",

@@ -237,6 +237,10 @@ class BGPAdvertisement:
     local_pref: int | None = None
     peers: tuple[PeerName, ...] = ()
     node_selectors: tuple[LabelSelector, ...] = ()
+    #: Weighted ECMP for externalTrafficPolicy Local (spec.linkBandwidthPerEndpoint):
+    #: bytes per second each serving endpoint on the node adds to the route's
+    #: link-bandwidth extended community (bgpd.bandwidth); None = no community.
+    link_bandwidth_per_endpoint: int | None = None
 
     def selects_pool(self, pool: IPAddressPool) -> bool:
         """MetalLB: no pools and no pool selectors means every pool."""
@@ -468,6 +472,15 @@ class PeerSkip:
 
 
 @dataclass(frozen=True, slots=True, order=True)
+class LinkBandwidth:
+    """A link-bandwidth extended community: the announcing AS (2 octets; AS_TRANS for a
+    4-octet ASN) and the bandwidth in bytes per second, as the draft defines it."""
+
+    asn: int
+    bytes_per_second: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
 class RouteAttributes:
     """Path attributes of one announced prefix. Next hop is always `self` (the session's
     local address), so it is not an attribute here."""
@@ -477,6 +490,9 @@ class RouteAttributes:
     local_pref: int | None = None
     med: int | None = None
     #: RFC 8326 GRACEFUL_SHUTDOWN is added by the driver while draining, not by decide().
+    #: The link-bandwidth extended community (draft-ietf-idr-link-bandwidth), for weighted
+    #: ECMP of Local Services at the router (bgpd.bandwidth); None = not sent.
+    link_bandwidth: LinkBandwidth | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 import aiomqtt
 
+from bgpd.bandwidth import bytes_per_second
 from bgpd.logs import log
 from bgpd.model import (
     IPNetwork,
@@ -119,6 +120,7 @@ def event_payload(event: SpeakerEvent) -> dict[str, object]:
             large_communities=list(a.large_communities),
             local_pref=a.local_pref,
             med=a.med,
+            link_bandwidth=bytes_per_second(a.link_bandwidth),
         )
     return doc
 

@@ -37,6 +37,15 @@ ADVERTISEMENT: Final = KindTable(
         Field("localPref", ref="u32", description="0 means unset, as in MetalLB."),
         Field("peers", ref="uniqueTexts"),
         Field("nodeSelectors", ref="labelSelectors"),
+        Field(
+            "linkBandwidthPerEndpoint",
+            type="integer",
+            minimum=1,
+            maximum=MAX_U32,
+            description="kube-bgpd: weighted ECMP for externalTrafficPolicy Local. Bytes per "
+            "second each serving endpoint on the node adds to the route's link-bandwidth "
+            "extended community (125000 = 1 Mbit/s per endpoint); unset: no community.",
+        ),
     ),
 )
 _ADV_UNSUPPORTED: Final = {
@@ -62,6 +71,14 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         local_pref = read_int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
     peers = _opt_str_list(doc, "spec.peers", f.get("peers"))
     node_sel = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
+    per_endpoint: int | None = None
+    if f.get("linkBandwidthPerEndpoint") is not None:
+        per_endpoint = read_int(
+            doc,
+            "spec.linkBandwidthPerEndpoint",
+            f["linkBandwidthPerEndpoint"],
+            *bounds(field(ADVERTISEMENT.spec, "linkBandwidthPerEndpoint")),
+        )
     if doc.errors != before:
         return None
     adv = BGPAdvertisement(
@@ -73,6 +90,7 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         local_pref=local_pref,
         peers=tuple(PeerName(p) for p in peers or ()),
         node_selectors=node_sel or (),
+        link_bandwidth_per_endpoint=per_endpoint,
     )
     return AdvertisementDraft(adv, tuple(communities or ()))
 

@@ -5,6 +5,7 @@ for surprising but valid configs."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from bgpd.attributes import parse_community
 from bgpd.config.issues import Doc, Issues
@@ -156,17 +157,11 @@ def _resolve_advertisement(
             continue
         (large if kind == "large" else standard).add(canonical)
     adv = draft.advertisement
-    return BGPAdvertisement(
-        name=adv.name,
-        ip_address_pools=adv.ip_address_pools,
-        ip_address_pool_selectors=adv.ip_address_pool_selectors,
-        aggregation_length=adv.aggregation_length,
-        aggregation_length_v6=adv.aggregation_length_v6,
+    # replace(): every other field of the advertisement travels unchanged.
+    return replace(
+        adv,
         communities=tuple(sorted(standard, key=_community_key)),
         large_communities=tuple(sorted(large, key=_community_key)),
-        local_pref=adv.local_pref,
-        peers=adv.peers,
-        node_selectors=adv.node_selectors,
     )
 
 

@@ -22,10 +22,11 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from bgpd.attributes import GRACEFUL_SHUTDOWN
+from bgpd.bandwidth import exabgp_text
 from bgpd.model import DesiredRoutes, IPNetwork, PeerName, RouteAttributes
 
 #: Prefixes a command: the fastest measured batch size (lab notes).
@@ -66,6 +67,8 @@ def attribute_text(attrs: RouteAttributes) -> str:
         words.append(f"local-preference {attrs.local_pref}")
     if attrs.med is not None:
         words.append(f"med {attrs.med}")
+    if attrs.link_bandwidth is not None:
+        words.append(f"extended-community [ {exabgp_text(attrs.link_bandwidth)} ]")
     return " ".join(words)
 
 
@@ -208,11 +211,8 @@ def drained(
             communities = a.communities
             if GRACEFUL_SHUTDOWN not in communities:
                 communities = tuple(sorted((*communities, GRACEFUL_SHUTDOWN)))
-            per[prefix] = RouteAttributes(
-                communities=communities,
-                large_communities=a.large_communities,
-                local_pref=0 if peer in internal else a.local_pref,
-                med=a.med,
+            per[prefix] = replace(
+                a, communities=communities, local_pref=0 if peer in internal else a.local_pref
             )
         out[peer] = per
     return out

@@ -56,6 +56,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from bgpd.bandwidth import bytes_per_second
 from bgpd.config import ConfigError, load_config_or_raise
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
@@ -129,6 +130,7 @@ def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
             "large_communities": list(a.large_communities),
             "local_pref": a.local_pref,
             "med": a.med,
+            "link_bandwidth": bytes_per_second(a.link_bandwidth),
         }
         for peer, per in sorted(acknowledged.items())
         for prefix, a in sorted(

@@ -251,20 +251,22 @@ def service_object(
 def endpoint_slices(
     name: str, namespace: str, *, families: Sequence[int], pod_nodes: Sequence[int], port: int = 80
 ) -> list[dict[str, Any]]:
-    """What the EndpointSlice controller would write for pods on ``pod_nodes``."""
+    """What the EndpointSlice controller would write for pods on ``pod_nodes`` (a node
+    named k times runs k pods, each with an address of its own)."""
     return [
         manifests.endpoint_slice(
             f"{name}-v{fam}",
             name,
             [
                 manifests.endpoint(
-                    f"10.244.{n}.10" if fam == 4 else f"fd00:244:{n}::10",
+                    f"10.244.{n}.{10 + k}" if fam == 4 else f"fd00:244:{n}::{10 + k:x}",
                     f"node{n}",
                     ready=True,
                     serving=True,
                     terminating=False,
                 )
-                for n in pod_nodes
+                for i, n in enumerate(pod_nodes)
+                for k in [pod_nodes[:i].count(n)]
             ],
             namespace,
             address_type=f"IPv{fam}",

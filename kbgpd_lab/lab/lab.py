@@ -180,13 +180,18 @@ def speaker_config(
     drain_window: float,
     hold_time: int,
     on_sigterm: str = "withdraw",
+    link_bandwidth_per_endpoint: int | None = None,
 ) -> str:
-    """The speakers' config: the lab pools, one BGPPeer per family to the router."""
+    """The speakers' config: the lab pools, one BGPPeer per family to the router;
+    ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint."""
+    advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
+    if link_bandwidth_per_endpoint is not None:
+        advertisement["linkBandwidthPerEndpoint"] = link_bandwidth_per_endpoint
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
         manifests.pool("lab", pools),
-        manifests.advertisement("lab", ipAddressPools=["lab"]),
+        manifests.advertisement("lab", **advertisement),
         manifests.speaker_config(drainWindow=f"{drain_window}s", listen=True, onSigterm=on_sigterm),
     ]
     docs += [
@@ -311,6 +316,8 @@ class Lab:
         wait: float = 30.0,
         cluster: str = "file",
         apisim_in_process: bool = True,
+        link_bandwidth_per_endpoint: int | None = None,
+        bestpath_bandwidth: str | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -320,6 +327,9 @@ class Lab:
         controller in the router namespace; services then get their IPs from the pools.
         ``graceful_restart`` enables it on the router and the BGPPeers; ``on_sigterm`` is
         the speakers' SpeakerConfig onSigterm (``withdraw``, ``drain`` or ``retain``).
+        ``link_bandwidth_per_endpoint``: the BGPAdvertisement's linkBandwidthPerEndpoint
+        (weighted ECMP for Local); ``bestpath_bandwidth``: FRR's ``bgp bestpath
+        bandwidth`` choice (None: FRR's default).
         ``ecmp`` is the router's: ``pinned`` keeps each open connection on the node it
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
         """
@@ -347,6 +357,7 @@ class Lab:
                 keepalive_time=max(1, hold_time // 3),
                 # As docs/routers.md recommends: a draining node leaves the ECMP set.
                 graceful_shutdown_policy=True,
+                bestpath_bandwidth=bestpath_bandwidth,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -370,6 +381,7 @@ class Lab:
                     drain_window=drain_window,
                     hold_time=hold_time,
                     on_sigterm=on_sigterm,
+                    link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
                 )
             )
             if cluster == "api":

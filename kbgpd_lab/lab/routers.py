@@ -20,6 +20,7 @@ Public interface::
                  graceful_shutdown_policy=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
+            fib_weights(prefix) (next hop -> kernel ECMP weight)
             restarting_peers() (FRR, BIRD)
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
@@ -116,6 +117,10 @@ class RouterConfig:
     #: 65535:0 get LOCAL_PREF 0 on import, so a draining node leaves the ECMP set before
     #: its withdrawal. BIRD needs the import filter; FRR does this for eBGP paths by itself.
     graceful_shutdown_policy: bool = False
+    #: FRR's ``bgp bestpath bandwidth`` (ignore, skip-missing, default-weight-for-missing):
+    #: how the link-bandwidth community of paths weighs ECMP next hops (docs/routers.md);
+    #: None keeps FRR's default (weighted when every path carries one). BIRD has none.
+    bestpath_bandwidth: str | None = None
     #: Local addresses for the BGP sessions (BIRD needs them per template).
     local_address4: ipaddress.IPv4Address = _ROUTER4
     local_address6: ipaddress.IPv6Address = _ROUTER6
@@ -281,16 +286,21 @@ class Router(ABC):
 
         An ECMP route is one route with N nexthops; an absent route gives an empty set.
         """
+        return set(self.fib_weights(prefix))
+
+    def fib_weights(self, prefix: str | IPNetwork | IPAddress) -> dict[IPAddress, int]:
+        """Next hop -> weight of the kernel route for exactly ``prefix`` (``ip -j route``;
+        a single-path route has weight 1): what weighted ECMP installed."""
         net = _net(str(prefix))
         fam = "-6" if net.version == 6 else "-4"
         proc = self.netns.ip("-j", fam, "route", "show", "exact", str(net))
         routes: list[dict[str, Any]] = json.loads(proc.stdout or "[]")
-        hops: set[IPAddress] = set()
-        for route in routes:
-            for hop in route.get("nexthops", [route]):
-                if "gateway" in hop:
-                    hops.add(ipaddress.ip_address(hop["gateway"]))
-        return hops
+        return {
+            ipaddress.ip_address(hop["gateway"]): int(hop.get("weight", 1))
+            for route in routes
+            for hop in route.get("nexthops", [route])
+            if "gateway" in hop
+        }
 
     def wait_rib(
         self,
@@ -454,6 +464,8 @@ class FRRRouter(Router):
             " no bgp network import-check",
             " bgp bestpath as-path multipath-relax",
         ]
+        if c.bestpath_bandwidth is not None:
+            lines.append(f" bgp bestpath bandwidth {c.bestpath_bandwidth}")
         if c.graceful_restart:
             lines += [
                 " bgp graceful-restart",
@@ -958,7 +970,7 @@ class GoBGPRouter(Router):
                 out[ipaddress.ip_address(addr)] = int(received.get("update", 0))
         return out
 
-    def fib(self, prefix: str | IPNetwork | IPAddress) -> set[IPAddress]:
+    def fib_weights(self, prefix: str | IPNetwork | IPAddress) -> dict[IPAddress, int]:
         raise RouterError("gobgp is a RIB-only peer here: it does not program the kernel")
 
 

@@ -217,6 +217,7 @@ async def test_events_arrive_live_and_the_retained_state_is_the_current_state(
                 "large_communities": [],
                 "local_pref": 150,
                 "med": None,
+                "link_bandwidth": None,
                 "at": 1.0,
             },
             ROUTE6: late[ROUTE6],

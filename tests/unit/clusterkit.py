@@ -94,6 +94,7 @@ def adv(
     communities: Iterable[str] = (),
     large_communities: Iterable[str] = (),
     local_pref: int | None = None,
+    link_bandwidth: int | None = None,
 ) -> BGPAdvertisement:
     return BGPAdvertisement(
         name=name,
@@ -106,6 +107,7 @@ def adv(
         local_pref=local_pref,
         peers=tuple(PeerName(p) for p in peers),
         node_selectors=tuple(nodes),
+        link_bandwidth_per_endpoint=link_bandwidth,
     )
 
 
@@ -180,12 +182,15 @@ def ep(
     )
 
 
-def eps(key: str, *endpoints: Endpoint, name: str | None = None) -> EndpointSlice:
+def eps(
+    key: str, *endpoints: Endpoint, name: str | None = None, address_type: str = "IPv4"
+) -> EndpointSlice:
     namespace, service = key.split("/")
     return EndpointSlice(
         namespace=namespace,
         name=name or f"{service}-abcde",
         service_name=service,
+        address_type=address_type,
         endpoints=endpoints,
     )
 

@@ -67,6 +67,7 @@ def test_route_with_several_services_gives_one_entry_each() -> None:
                 "largeCommunities": ["1:2:3"],
                 "localPref": 200,
                 "med": 5,
+                "linkBandwidth": None,
             },
             {
                 "service": "shop/b",
@@ -76,6 +77,7 @@ def test_route_with_several_services_gives_one_entry_each() -> None:
                 "largeCommunities": ["1:2:3"],
                 "localPref": 200,
                 "med": 5,
+                "linkBandwidth": None,
             },
         ],
         "skipped": [

@@ -39,6 +39,7 @@ def route(
         "largeCommunities": [],
         "localPref": 150,
         "med": med,
+        "linkBandwidth": None,
     }
 
 

@@ -54,6 +54,7 @@ def test_announce_is_one_retained_json_document() -> None:
         "large_communities": ["1:2:3"],
         "local_pref": None,
         "med": 5,
+        "link_bandwidth": None,
         "at": 12.5,
     }
 

@@ -10,6 +10,7 @@ from clusterkit import adv, changed_keys, config, ep, eps, node, peer, pool, sel
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bgpd.bandwidth import serving_endpoints
 from bgpd.decision import (
     ANNOTATION_COMMUNITIES,
     ANNOTATION_MED,
@@ -29,6 +30,7 @@ from bgpd.model import (
     PeerName,
     Service,
     ServiceKey,
+    TrafficPolicy,
     selectors_match,
 )
 from bgpd.objects import build_snapshot
@@ -92,6 +94,7 @@ def configs(draw: st.DrawFn) -> Config:
             aggregation_length_v6=draw(st.sampled_from([64, 124, 128])),
             communities=draw(st.lists(st.sampled_from(["65000:1", "65000:2"]), unique=True)),
             local_pref=draw(st.none() | st.integers(0, 500)),
+            link_bandwidth=draw(st.none() | st.sampled_from([1, 125_000])),
         )
         for i in range(draw(st.integers(1, 3)))
     ]
@@ -160,7 +163,8 @@ def snapshots(draw: st.DrawFn) -> tuple[list[Service], list[EndpointSlice], list
                 )
                 for _ in range(draw(st.integers(1, 3)))
             ]
-            slices.append(eps(key, *endpoints, name=f"s{i}-{j}"))
+            family = draw(st.sampled_from(["IPv4", "IPv6"]))
+            slices.append(eps(key, *endpoints, name=f"s{i}-{j}", address_type=family))
     return services, slices, nodes
 
 
@@ -241,6 +245,12 @@ def test_every_route_is_backed_by_an_advertisement(
             assert backing, f"{key} on {route.peer} {route.prefix} has no advertisement"
         if not the_peer.is_ibgp:
             assert route.attributes.local_pref is None
+        if route.attributes.link_bandwidth is not None:
+            # Weighted ECMP only for Local Services, each with a serving endpoint here.
+            for key in route.services:
+                service = snapshot.services[key]
+                assert service.external_traffic_policy is TrafficPolicy.LOCAL
+                assert serving_endpoints(snapshot.endpoint_slices.get(key, ()), at) > 0
 
 
 Parts = tuple[list[Service], list[EndpointSlice], list[Node]]
