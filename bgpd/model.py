@@ -237,6 +237,9 @@ class BGPAdvertisement:
     local_pref: int | None = None
     peers: tuple[PeerName, ...] = ()
     node_selectors: tuple[LabelSelector, ...] = ()
+    #: The fan-out cap (spec.maxNodes): announce each prefix from at most this many of the
+    #: nodes that could, chosen by rendezvous hashing (bgpd.fanout); None: from all.
+    max_nodes: int | None = None
 
     def selects_pool(self, pool: IPAddressPool) -> bool:
         """MetalLB: no pools and no pool selectors means every pool."""
@@ -444,6 +447,8 @@ class SkipReason(StrEnum):
     NO_MATCHING_PEER = "noMatchingPeer"
     NO_PEER_OF_FAMILY = "noPeerOfFamily"
     INVALID_ANNOTATION = "invalidAnnotation"
+    #: The advertisement's maxNodes cap: other nodes rank higher for this prefix.
+    NOT_SELECTED_FOR_FANOUT = "notSelectedForFanOut"
 
 
 class PeerSkipReason(StrEnum):

@@ -37,6 +37,14 @@ ADVERTISEMENT: Final = KindTable(
         Field("localPref", ref="u32", description="0 means unset, as in MetalLB."),
         Field("peers", ref="uniqueTexts"),
         Field("nodeSelectors", ref="labelSelectors"),
+        Field(
+            "maxNodes",
+            type="integer",
+            minimum=1,
+            maximum=MAX_U32,
+            description="Announce each prefix from at most this many of the nodes that "
+            "could, chosen by rendezvous hashing of (prefix, node); unset: from all.",
+        ),
     ),
 )
 _ADV_UNSUPPORTED: Final = {
@@ -62,6 +70,10 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         local_pref = read_int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
     peers = _opt_str_list(doc, "spec.peers", f.get("peers"))
     node_sel = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
+    max_nodes: int | None = None
+    if f.get("maxNodes") is not None:
+        limits = bounds(field(ADVERTISEMENT.spec, "maxNodes"))
+        max_nodes = read_int(doc, "spec.maxNodes", f["maxNodes"], *limits)
     if doc.errors != before:
         return None
     adv = BGPAdvertisement(
@@ -73,6 +85,7 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         local_pref=local_pref,
         peers=tuple(PeerName(p) for p in peers or ()),
         node_selectors=node_sel or (),
+        max_nodes=max_nodes,
     )
     return AdvertisementDraft(adv, tuple(communities or ()))
 

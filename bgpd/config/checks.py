@@ -167,6 +167,7 @@ def _resolve_advertisement(
         local_pref=adv.local_pref,
         peers=adv.peers,
         node_selectors=adv.node_selectors,
+        max_nodes=adv.max_nodes,
     )
 
 

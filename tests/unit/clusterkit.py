@@ -94,6 +94,7 @@ def adv(
     communities: Iterable[str] = (),
     large_communities: Iterable[str] = (),
     local_pref: int | None = None,
+    max_nodes: int | None = None,
 ) -> BGPAdvertisement:
     return BGPAdvertisement(
         name=name,
@@ -106,6 +107,7 @@ def adv(
         local_pref=local_pref,
         peers=tuple(PeerName(p) for p in peers),
         node_selectors=tuple(nodes),
+        max_nodes=max_nodes,
     )
 
 
