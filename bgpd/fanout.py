@@ -17,7 +17,7 @@ and would make every speaker choose differently).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from bgpd.model import NodeName
 
@@ -25,14 +25,27 @@ from bgpd.model import NodeName
 def weight(key: str, node: NodeName) -> int:
     """The rendezvous weight of `node` for `key`: 64 bits of BLAKE2b over both names,
     separated by a NUL byte (no name holds one), so ("a", "bc") and ("ab", "c") differ."""
-    data = key.encode() + b"\x00" + node.encode()
-    return int.from_bytes(hashlib.blake2b(data, digest_size=8).digest(), "big")
+    return _weigher(key)(node)
+
+
+def _weigher(key: str) -> Callable[[NodeName], int]:
+    """weight(key, .) with the key's part of the hash done once: a copy of the hashed
+    prefix costs less than hashing it again for each of hundreds of nodes."""
+    base = hashlib.blake2b(key.encode() + b"\x00", digest_size=8)
+
+    def weigh(node: NodeName) -> int:
+        h = base.copy()
+        h.update(node.encode())
+        return int.from_bytes(h.digest(), "big")
+
+    return weigh
 
 
 def ranked(key: str, nodes: Iterable[NodeName]) -> tuple[NodeName, ...]:
     """`nodes` (duplicates ignored) from the highest weight for `key` to the lowest; equal
     weights (a 64-bit collision) fall back to the node name, so the order is total."""
-    return tuple(sorted(set(nodes), key=lambda n: (-weight(key, n), n)))
+    weigh = _weigher(key)
+    return tuple(sorted(set(nodes), key=lambda n: (-weigh(n), n)))
 
 
 def chosen(key: str, nodes: Iterable[NodeName], limit: int) -> frozenset[NodeName]:
@@ -42,7 +55,13 @@ def chosen(key: str, nodes: Iterable[NodeName], limit: int) -> frozenset[NodeNam
 
 def rank(key: str, nodes: Iterable[NodeName], node: NodeName) -> int:
     """`node`'s place (1 = highest weight) among `nodes` for `key`: 1 + the number of
-    other candidates that outrank it. `node` need not be among `nodes`. Costs one hash per
+    other candidates that outrank it. `node` need not be among `nodes`. One hash per
     candidate and no sort, because a node deciding for itself needs only its own place."""
-    mine = (-weight(key, node), node)
-    return 1 + sum(1 for n in set(nodes) if n != node and (-weight(key, n), n) < mine)
+    weigh = _weigher(key)
+    mine = weigh(node)
+    above = 0
+    for n in set(nodes):
+        w = weigh(n)
+        if w > mine or (w == mine and n < node):
+            above += 1
+    return 1 + above
