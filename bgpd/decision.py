@@ -315,7 +315,7 @@ class _NodeScope:
         return same
 
 
-def fanout_eligible(
+def _fanout_eligible(
     config: Config, adv: BGPAdvertisement, version: int, nodes: Mapping[NodeName, Node]
 ) -> frozenset[NodeName]:
     """The nodes that may announce an IPv`version` prefix through `adv` by the rules that
@@ -344,11 +344,11 @@ def _fanout_candidates(
     slices: tuple[EndpointSlice, ...],
 ) -> frozenset[NodeName]:
     """The nodes that would announce an IP of `svc` through `adv` without the cap:
-    fanout_eligible(), and for Local only those with a serving endpoint of `svc`."""
+    _fanout_eligible(), and for Local only those with a serving endpoint of `svc`."""
     key = (adv.name, version)
     eligible = scope.eligible.get(key)
     if eligible is None:
-        eligible = scope.eligible[key] = fanout_eligible(scope.config, adv, version, scope.nodes)
+        eligible = scope.eligible[key] = _fanout_eligible(scope.config, adv, version, scope.nodes)
     if svc.external_traffic_policy is not TrafficPolicy.LOCAL:
         return eligible
     serving = {ep.node_name for s in slices for ep in s.endpoints if ep.can_serve}
@@ -556,7 +556,7 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
             prefix = aggregate(ip, length)
             if adv.max_nodes is not None:
                 if adv.name not in capped:
-                    capped[adv.name] = _fanout_miss(scope, adv, prefix, svc, slices)
+                    capped[adv.name] = _fanout_miss(scope, adv, adv.max_nodes, prefix, svc, slices)
                 if capped[adv.name] is not None:
                     continue
             contributions.append((peer.name, prefix, adv, peer, wanted))
@@ -570,22 +570,22 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
 def _fanout_miss(
     scope: _NodeScope,
     adv: BGPAdvertisement,
+    limit: int,
     prefix: IPNetwork,
     svc: Service,
     slices: tuple[EndpointSlice, ...],
 ) -> str | None:
-    """None when this node is among the adv.max_nodes chosen for `prefix` (rule 7),
-    else why not, with its rank."""
-    assert adv.max_nodes is not None
+    """None when this node is among the `limit` (adv.max_nodes) chosen for `prefix`
+    (rule 7), else why not, with its rank."""
     candidates = _fanout_candidates(scope, adv, prefix.version, svc, slices)
-    cap = f"cap {adv.max_nodes} (BGPAdvertisement {adv.name})"
+    cap = f"cap {limit} (BGPAdvertisement {adv.name})"
     if scope.node not in candidates:
         return (
             f"node {scope.node} is not one of the {len(candidates)} candidates, {cap}: "
             "no session to a peer it names by sourceAddress or InternalIP"
         )
     place = fanout.rank(prefix_text(prefix), candidates, scope.node)
-    if place <= adv.max_nodes:
+    if place <= limit:
         return None
     return f"rank {place} of {len(candidates)}, {cap}"
 

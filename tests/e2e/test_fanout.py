@@ -5,6 +5,11 @@ exactly the two next hops the rendezvous rule (bgpd.fanout) names for each IP. T
 node leaves the candidates (labelled exclude-from-external-load-balancers): the IPs it
 had won move to the two others, and the router's routes for the IPs it had not won never
 change while that happens; it comes back: the original sets return.
+
+A speaker that stops (SIGTERM: withdraw, exit) while its Node stays in the cluster keeps
+its place in the choice, since no other node can tell: the IPs it had won keep only
+their other next hop until it is back. This is the documented limit of a choice made
+without coordination.
 """
 
 from __future__ import annotations
@@ -67,3 +72,13 @@ def test_cap_two_of_three_and_a_leaving_node_moves_only_its_routes(
     assert watch.deviations == [], watch.deviations[:5]
     for ip in IPS:
         assert lab.router.fib(ip) == hops(lab, before[ip])
+
+    with FibWatch(lab.router, untouched) as watch:
+        lab.stop_speaker(index)
+        for ip in sorted(won):
+            lab.router.wait_fib(ip, hops(lab, before[ip] - {leaving}), timeout=30)
+        lab.start_speaker(index)
+        for ip in sorted(won):
+            lab.router.wait_fib(ip, hops(lab, before[ip]), timeout=30)
+    assert watch.samples > 0
+    assert watch.deviations == [], watch.deviations[:5]
