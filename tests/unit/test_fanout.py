@@ -258,3 +258,68 @@ def test_decider_follows_nodes_joining_and_leaving() -> None:
             expected = decide(cfg, snapshot, NodeName(at))
             assert decider.decide(cfg, snapshot, NodeName(at), changed=()) == expected
             assert decider.desired() == expected.by_peer()
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[Config, Config, ClusterSnapshot]:
+    """A capped and the same uncapped config (one advertisement, maybe with
+    nodeSelectors and named peers), and a cluster of up to 6 Nodes (some excluded,
+    unavailable, without an InternalIP, in either rack) and up to 4 Services (Cluster or
+    Local, endpoints anywhere)."""
+    names_ = [f"n{i}" for i in range(1, draw(st.integers(1, 6)) + 1)]
+    nodes = [
+        node(
+            n,
+            unavailable=draw(st.integers(0, 5)) == 0,
+            addresses=() if draw(st.integers(0, 5)) == 0 else (("InternalIP", "172.31.250.9"),),
+            rack=draw(st.sampled_from(["a", "b"])),
+            **({EXCLUDE_LB_LABEL: ""} if draw(st.integers(0, 5)) == 0 else {}),
+        )
+        for n in names_
+    ]
+    peers = [TOR, peer("tor-b", "172.31.250.2", nodes=[selector(rack="b")])]
+    spec = {
+        "nodes": [selector(rack="a")] if draw(st.integers(0, 3)) == 0 else [],
+        "peers": draw(st.sampled_from([[], ["tor-a"], ["tor-b"]])),
+        "aggregation_length": draw(st.sampled_from([24, 32])),
+    }
+    limit = draw(st.integers(1, 4))
+    with_cap = config(pools=[V4], peers=peers, advertisements=[adv(max_nodes=limit, **spec)])  # type: ignore[arg-type]
+    without = config(pools=[V4], peers=peers, advertisements=[adv(**spec)])  # type: ignore[arg-type]
+    services, slices = [], []
+    for i in range(draw(st.integers(1, 4))):
+        key = f"default/s{i}"
+        services.append(svc(key, f"198.51.100.{i + 1}", local=draw(st.booleans())))
+        where = draw(st.lists(st.sampled_from(names_), max_size=3))
+        slices.append(eps(key, *(ep(n, ready=draw(st.booleans())) for n in where)))
+    return with_cap, without, cluster(services, slices, nodes)
+
+
+@settings(max_examples=200, deadline=None)
+@given(case=clusters())
+def test_exactly_min_k_n_of_the_nodes_that_would_announce_do(
+    case: tuple[Config, Config, ClusterSnapshot],
+) -> None:
+    """Every node deciding for itself, without talking to the others: each Service's
+    prefix is announced by exactly min(K, N) of the N nodes that announce it without the
+    cap, and those are the rendezvous winners among them, so the candidates every node
+    computes are exactly the nodes that would announce."""
+    with_cap, without, snapshot = case
+    (limit,) = (a.max_nodes for a in with_cap.advertisements)
+    assert limit is not None
+
+    def announcing(cfg: Config) -> dict[tuple[str, str], set[NodeName]]:
+        """(prefix, Service) -> the nodes whose route for the prefix carries the Service
+        (an aggregate carries several Services, each with its own candidates)."""
+        out: dict[tuple[str, str], set[NodeName]] = {}
+        for n in snapshot.nodes:
+            for route in decide(cfg, snapshot, NodeName(n)).routes:
+                for key in route.services:
+                    out.setdefault((str(route.prefix), key), set()).add(NodeName(n))
+        return out
+
+    capped_, free = announcing(with_cap), announcing(without)
+    for (prefix, key), would in free.items():
+        got = capped_.get((prefix, key), set())
+        assert got == set(fanout.chosen(prefix, would, limit)), (prefix, key)
+    assert capped_.keys() <= free.keys()
