@@ -29,6 +29,13 @@ because that is what users of MetalLB-style configs expect:
    address exists, the rule the ExaBGP renderer follows too), and of those only peers
    whose session family is the IP's family (`noPeerOfFamily`): one session per family,
    see docs/architecture.md.
+7. The fan-out cap (BGPAdvertisement maxNodes, our extension): of the nodes that would
+   announce a prefix through that advertisement by rules 4-6, only the maxNodes with the
+   highest rendezvous weight do (bgpd.fanout); this node's pairs of that advertisement
+   are dropped otherwise, and `notSelectedForFanOut` says its rank when nothing is left.
+   Every node must compute the same candidates, so for all of them (this one included)
+   the session rule is peers_for_node() without kernel choices: what the cluster can
+   see (sourceAddress, InternalIP), never what one node's kernel says.
 
 Node-wide reasons come before the per-IP checks (MetalLB checks the advertisement
 first) because on an excluded or unavailable node they are the one answer that matters.
@@ -66,6 +73,7 @@ import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from bgpd import fanout
 from bgpd.attributes import parse_community, parse_u32
 from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
@@ -241,8 +249,12 @@ class _NodeScope:
     labels: Mapping[str, str]
     #: peers_for_node(): the peers with a session from this node, and the others.
     node_peers: NodePeers
+    #: snapshot.nodes: every Node, for the fan-out candidates (rule 7).
+    nodes: Mapping[NodeName, Node] = field(default_factory=dict)
     cache: dict[tuple[PoolName, int], _Targets | _Miss] = field(default_factory=dict)
     ranges: list[tuple[int, int, int, IPAddressPool]] | None = None
+    #: fan-out candidates by the node-wide rules, per (advertisement, IP version).
+    eligible: dict[tuple[str, int], frozenset[NodeName]] = field(default_factory=dict)
 
     @property
     def peers(self) -> tuple[BGPPeer, ...]:
@@ -305,6 +317,46 @@ class _NodeScope:
                 f"IPv{version} address; peers {_names(other)} are IPv{10 - version} sessions",
             )
         return same
+
+
+def _fanout_eligible(
+    config: Config, adv: BGPAdvertisement, version: int, nodes: Mapping[NodeName, Node]
+) -> frozenset[NodeName]:
+    """The nodes that may announce an IPv`version` prefix through `adv` by the rules that
+    do not depend on the Service: no node-wide reason, the advertisement's nodeSelectors
+    match, and a session (peers_for_node() without kernel choices, so every node gets
+    the same answer) to a peer of that family the advertisement names."""
+    found: list[NodeName] = []
+    for name, node in nodes.items():
+        if node_reason(config, node) is not None:
+            continue
+        if not selectors_match(adv.node_selectors, node.labels):
+            continue
+        if any(
+            p.family == version and (not adv.peers or p.name in adv.peers)
+            for p in peers_for_node(config, node).peers
+        ):
+            found.append(name)
+    return frozenset(found)
+
+
+def _fanout_candidates(
+    scope: _NodeScope,
+    adv: BGPAdvertisement,
+    version: int,
+    svc: Service,
+    slices: tuple[EndpointSlice, ...],
+) -> frozenset[NodeName]:
+    """The nodes that would announce an IP of `svc` through `adv` without the cap:
+    _fanout_eligible(), and for Local only those with a serving endpoint of `svc`."""
+    key = (adv.name, version)
+    eligible = scope.eligible.get(key)
+    if eligible is None:
+        eligible = scope.eligible[key] = _fanout_eligible(scope.config, adv, version, scope.nodes)
+    if svc.external_traffic_policy is not TrafficPolicy.LOCAL:
+        return eligible
+    serving = {ep.node_name for s in slices for ep in s.endpoints if ep.can_serve}
+    return frozenset(n for n in eligible if n in serving)
 
 
 def _no_session_detail(node_peers: NodePeers, node: NodeName) -> str:
@@ -452,6 +504,7 @@ def _context(
     node_obj: Node | None,
     node: NodeName,
     kernel_choices: Mapping[PeerName, IPAddress | None],
+    nodes: Mapping[NodeName, Node],
 ) -> _Context:
     labels = node_obj.labels if node_obj is not None else {}
     return _Context(
@@ -460,6 +513,7 @@ def _context(
             node=node,
             labels=labels,
             node_peers=peers_for_node(config, node_obj, kernel_choices=kernel_choices),
+            nodes=nodes,
         ),
         blocked=node_reason(config, node_obj),
         aliases=community_aliases(config),
@@ -518,11 +572,47 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
         if isinstance(targets, _Miss):
             skips.append(Skip(key, targets.reason, ip=ip, detail=targets.detail))
             continue
+        #: Per capped advertisement: why this node is not chosen, or None when it is.
+        capped: dict[str, str | None] = {}
+        kept = 0
         for adv, peer in targets:
             length = adv.aggregation_length if ip.version == 4 else adv.aggregation_length_v6
             asked = endpoints if adv.link_bandwidth_per_endpoint is not None else 0
-            contributions.append((peer.name, aggregate(ip, length), adv, peer, wanted, asked))
+            prefix = aggregate(ip, length)
+            if adv.max_nodes is not None:
+                if adv.name not in capped:
+                    capped[adv.name] = _fanout_miss(scope, adv, adv.max_nodes, prefix, svc, slices)
+                if capped[adv.name] is not None:
+                    continue
+            contributions.append((peer.name, prefix, adv, peer, wanted, asked))
+            kept += 1
+        if not kept:
+            detail = "; ".join(m for m in capped.values() if m is not None)
+            skips.append(Skip(key, SkipReason.NOT_SELECTED_FOR_FANOUT, ip=ip, detail=detail))
     return _Part(skips=tuple(skips), contributions=tuple(contributions))
+
+
+def _fanout_miss(
+    scope: _NodeScope,
+    adv: BGPAdvertisement,
+    limit: int,
+    prefix: IPNetwork,
+    svc: Service,
+    slices: tuple[EndpointSlice, ...],
+) -> str | None:
+    """None when this node is among the `limit` (adv.max_nodes) chosen for `prefix`
+    (rule 7), else why not, with its rank."""
+    candidates = _fanout_candidates(scope, adv, prefix.version, svc, slices)
+    cap = f"cap {limit} (BGPAdvertisement {adv.name})"
+    if scope.node not in candidates:
+        return (
+            f"node {scope.node} is not one of the {len(candidates)} candidates, {cap}: "
+            "no session to a peer it names by sourceAddress or InternalIP"
+        )
+    place = fanout.rank(prefix_text(prefix), candidates, scope.node)
+    if place <= limit:
+        return None
+    return f"rank {place} of {len(candidates)}, {cap}"
 
 
 def decide(
@@ -539,7 +629,7 @@ def decide(
     Routes go only to the peers `node` has a session with (bgpd.peers.peers_for_node,
     given the kernel's source-address choice per peer; none offline); the others are in
     Decision.peers_skipped with the reason."""
-    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices)
+    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices, snapshot.nodes)
     merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
     skipped: list[Skip] = []
     slices = snapshot.endpoint_slices
@@ -571,6 +661,16 @@ class _Memo:
 
 _SkipKey = tuple[str, int, int, str, str]
 
+#: What a Decider's context depends on: config, node name, Node, kernel choices, and
+#: every Node when an advertisement has a fan-out cap (else None).
+_ContextKey = tuple[
+    Config,
+    NodeName,
+    Node | None,
+    Mapping[PeerName, IPAddress | None],
+    Mapping[NodeName, Node] | None,
+]
+
 
 class Decider:
     """decide() made incremental: the same Decision for the same inputs (property tests
@@ -596,9 +696,7 @@ class Decider:
     """
 
     def __init__(self) -> None:
-        self._key: (
-            tuple[Config, NodeName, Node | None, Mapping[PeerName, IPAddress | None]] | None
-        ) = None
+        self._key: _ContextKey | None = None
         self._reset(None)
         self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
         self.desired_changed = False
@@ -630,15 +728,17 @@ class Decider:
         node: NodeName,
         node_obj: Node | None,
         kernel_choices: Mapping[PeerName, IPAddress | None],
+        nodes: Mapping[NodeName, Node] | None,
     ) -> bool:
         if self._key is None:
             return False
-        c, n, o, k = self._key
+        c, n, o, k, others = self._key
         return (
             (c is config or c == config)
             and n == node
             and (o is node_obj or (o is not None and node_obj is not None and o == node_obj))
             and k == kernel_choices
+            and (others is nodes or (others is not None and nodes is not None and others == nodes))
         )
 
     def decide(
@@ -651,11 +751,17 @@ class Decider:
         kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
     ) -> Decision:
         node_obj = snapshot.nodes.get(node)
+        # With a fan-out cap every Node is an input (the candidates, rule 7): any Node
+        # added, removed or changed decides everything again. Node heartbeats never reach
+        # the snapshot, so this is rare.
+        others = snapshot.nodes if any(a.max_nodes for a in config.advertisements) else None
         before: dict[PeerName, dict[IPNetwork, RouteAttributes]] | None = None
-        if self._ctx is None or not self._same_context(config, node, node_obj, kernel_choices):
+        if self._ctx is None or not self._same_context(
+            config, node, node_obj, kernel_choices, others
+        ):
             before = self._by_peer
-            self._key = (config, node, node_obj, dict(kernel_choices))
-            self._reset(_context(config, node_obj, node, kernel_choices))
+            self._key = (config, node, node_obj, dict(kernel_choices), others)
+            self._reset(_context(config, node_obj, node, kernel_choices, snapshot.nodes))
             changed = None
         ctx = self._ctx
         assert ctx is not None

@@ -241,6 +241,9 @@ class BGPAdvertisement:
     #: bytes per second each serving endpoint on the node adds to the route's
     #: link-bandwidth extended community (bgpd.bandwidth); None = no community.
     link_bandwidth_per_endpoint: int | None = None
+    #: The fan-out cap (spec.maxNodes): announce each prefix from at most this many of the
+    #: nodes that could, chosen by rendezvous hashing (bgpd.fanout); None: from all.
+    max_nodes: int | None = None
 
     def selects_pool(self, pool: IPAddressPool) -> bool:
         """MetalLB: no pools and no pool selectors means every pool."""
@@ -448,6 +451,8 @@ class SkipReason(StrEnum):
     NO_MATCHING_PEER = "noMatchingPeer"
     NO_PEER_OF_FAMILY = "noPeerOfFamily"
     INVALID_ANNOTATION = "invalidAnnotation"
+    #: The advertisement's maxNodes cap: other nodes rank higher for this prefix.
+    NOT_SELECTED_FOR_FANOUT = "notSelectedForFanOut"
 
 
 class PeerSkipReason(StrEnum):

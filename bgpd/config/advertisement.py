@@ -4,7 +4,7 @@ aggregation and attributes (community aliases are resolved in the cross-checks).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from bgpd.attributes import MAX_U32
 from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, bounds, field, names
@@ -46,11 +46,26 @@ ADVERTISEMENT: Final = KindTable(
             "second each serving endpoint on the node adds to the route's link-bandwidth "
             "extended community (125000 = 1 Mbit/s per endpoint); unset: no community.",
         ),
+        Field(
+            "maxNodes",
+            type="integer",
+            minimum=1,
+            maximum=MAX_U32,
+            description="Announce each prefix from at most this many of the nodes that "
+            "could, chosen by rendezvous hashing of (prefix, node); unset: from all.",
+        ),
     ),
 )
 _ADV_UNSUPPORTED: Final = {
     "serviceSelectors": "selecting Services per advertisement is not supported yet",
 }
+
+
+def _optional_int(doc: Doc, f: Mapping[str, Any], key: str) -> int | None:
+    """An optional integer field of the spec, in the range its field table row states."""
+    if f.get(key) is None:
+        return None
+    return read_int(doc, f"spec.{key}", f[key], *bounds(field(ADVERTISEMENT.spec, key)))
 
 
 def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft | None:
@@ -71,14 +86,8 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         local_pref = read_int(doc, "spec.localPref", f["localPref"], 0, MAX_U32) or None
     peers = _opt_str_list(doc, "spec.peers", f.get("peers"))
     node_sel = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
-    per_endpoint: int | None = None
-    if f.get("linkBandwidthPerEndpoint") is not None:
-        per_endpoint = read_int(
-            doc,
-            "spec.linkBandwidthPerEndpoint",
-            f["linkBandwidthPerEndpoint"],
-            *bounds(field(ADVERTISEMENT.spec, "linkBandwidthPerEndpoint")),
-        )
+    per_endpoint = _optional_int(doc, f, "linkBandwidthPerEndpoint")
+    max_nodes = _optional_int(doc, f, "maxNodes")
     if doc.errors != before:
         return None
     adv = BGPAdvertisement(
@@ -91,6 +100,7 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         peers=tuple(PeerName(p) for p in peers or ()),
         node_selectors=node_sel or (),
         link_bandwidth_per_endpoint=per_endpoint,
+        max_nodes=max_nodes,
     )
     return AdvertisementDraft(adv, tuple(communities or ()))
 

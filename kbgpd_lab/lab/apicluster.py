@@ -32,7 +32,7 @@ import os
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kbgpd_lab.apisim.threaded import ApiSimulatorThread
@@ -216,9 +216,15 @@ def namespace_object(name: str) -> dict[str, Any]:
     return manifests.namespace(name)
 
 
-def node_object(name: str, addresses: Sequence[str]) -> dict[str, Any]:
+def node_object(
+    name: str, addresses: Sequence[str], labels: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """A Ready Node with its hostname label and any further ``labels``."""
     return manifests.node(
-        name, labels={"kubernetes.io/hostname": name}, addresses=addresses, ready=True
+        name,
+        labels={"kubernetes.io/hostname": name, **(labels or {})},
+        addresses=addresses,
+        ready=True,
     )
 
 

@@ -157,10 +157,17 @@ def families_of(ips: Iterable[str]) -> list[int]:
     return sorted({ipaddress.ip_address(ip).version for ip in ips})
 
 
-def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[str]]) -> str:
+def cluster_dump(
+    services: Sequence[LabService],
+    nodes: Mapping[str, Sequence[str]],
+    node_labels: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
     """The ``kubectl get services,endpointslices,nodes -A -o yaml`` the speakers read;
-    ``nodes`` maps node names to their InternalIPs."""
-    items: list[dict[str, Any]] = [node_object(name, addrs) for name, addrs in nodes.items()]
+    ``nodes`` maps node names to their InternalIPs, ``node_labels`` to extra labels."""
+    labels = node_labels or {}
+    items: list[dict[str, Any]] = [
+        node_object(name, addrs, labels.get(name)) for name, addrs in nodes.items()
+    ]
     for svc in services:
         fams = families_of(svc.ips)
         obj = service_object(svc.name, svc.namespace, policy=svc.policy, families=fams)
@@ -181,12 +188,16 @@ def speaker_config(
     hold_time: int,
     on_sigterm: str = "withdraw",
     link_bandwidth_per_endpoint: int | None = None,
+    max_nodes: int | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router;
-    ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint."""
+    ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
+    ``max_nodes`` its fan-out cap (unset: every node announces)."""
     advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
     if link_bandwidth_per_endpoint is not None:
         advertisement["linkBandwidthPerEndpoint"] = link_bandwidth_per_endpoint
+    if max_nodes is not None:
+        advertisement["maxNodes"] = max_nodes
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
@@ -270,6 +281,8 @@ class _Recorded:
     speakers: dict[str, dict[str, int]] = field(default_factory=dict)
     servers: dict[str, dict[str, int]] = field(default_factory=dict)
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: Extra labels per Node name (file mode), see Lab.set_node_labels.
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 class Lab:
@@ -309,6 +322,7 @@ class Lab:
         drain_window: float = 2.0,
         hold_time: int = 9,
         on_sigterm: str = "withdraw",
+        max_nodes: int | None = None,
         state_dir: Path | str | None = None,
         directory: Path | str | None = None,
         prefix: str | None = None,
@@ -330,6 +344,9 @@ class Lab:
         ``link_bandwidth_per_endpoint``: the BGPAdvertisement's linkBandwidthPerEndpoint
         (weighted ECMP for Local); ``bestpath_bandwidth``: FRR's ``bgp bestpath
         bandwidth`` choice (None: FRR's default).
+        ``max_nodes`` is the BGPAdvertisement's fan-out cap (maxNodes); with it, give no
+        ``services`` here (they would be waited for on every node) and wait for the
+        routes the cap chooses yourself.
         ``ecmp`` is the router's: ``pinned`` keeps each open connection on the node it
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
         """
@@ -382,6 +399,7 @@ class Lab:
                     hold_time=hold_time,
                     on_sigterm=on_sigterm,
                     link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
+                    max_nodes=max_nodes,
                 )
             )
             if cluster == "api":
@@ -442,9 +460,18 @@ class Lab:
                 f"node{i}": node_addresses(self.topology, i)
                 for i in range(1, len(self.topology.nodes) + 1)
             }
-            self._write_dump(cluster_dump(self.services, nodes))
+            self._write_dump(cluster_dump(self.services, nodes, self._rec.node_labels))
         self._rec.services = [asdict(s) for s in self.services]
         self._save()
+
+    def set_node_labels(self, i: int, labels: Mapping[str, str]) -> None:
+        """Give node I these extra labels (replacing earlier ones) in the cluster dump the
+        speakers read, e.g. node.kubernetes.io/exclude-from-external-load-balancers.
+        File mode only: in API mode, patch the Node through the API."""
+        if self._rec.cluster != "file":
+            raise LabError("set_node_labels works on a file-mode lab only")
+        self._rec.node_labels[f"node{i}"] = dict(labels)
+        self.set_services(self.services)
 
     def _write_dump(self, text: str) -> None:
         tmp = self.dump_path.with_suffix(".tmp")

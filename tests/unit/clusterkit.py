@@ -95,6 +95,7 @@ def adv(
     large_communities: Iterable[str] = (),
     local_pref: int | None = None,
     link_bandwidth: int | None = None,
+    max_nodes: int | None = None,
 ) -> BGPAdvertisement:
     return BGPAdvertisement(
         name=name,
@@ -108,6 +109,7 @@ def adv(
         peers=tuple(PeerName(p) for p in peers),
         node_selectors=tuple(nodes),
         link_bandwidth_per_endpoint=link_bandwidth,
+        max_nodes=max_nodes,
     )
 
 

@@ -446,6 +446,14 @@ BAD: list[Any] = [
         id="aggregation-range",
     ),
     pytest.param(
+        [adv(maxNodes=0), adv("adv2", maxNodes="3")],
+        [
+            "BGPAdvertisement adv: spec.maxNodes: 0 is out of range (1-4294967295)",
+            "BGPAdvertisement adv2: spec.maxNodes: must be an integer, not a string",
+        ],
+        id="max-nodes-range-and-type",
+    ),
+    pytest.param(
         [adv(localPref=4294967296)],
         ["BGPAdvertisement adv: spec.localPref: 4294967296 is out of range (0-4294967295)"],
         id="local-pref-range",
@@ -872,6 +880,7 @@ def test_advertisement_defaults_select_everything() -> None:
     assert result.config is not None
     a = result.config.advertisements[0]
     assert (a.aggregation_length, a.aggregation_length_v6, a.local_pref) == (32, 128, None)
+    assert a.max_nodes is None
     assert a.selects_pool(result.config.pools[0])
     assert (a.peers, a.ip_address_pools) == ((), ())
 
@@ -887,11 +896,13 @@ def test_advertisement_fields() -> None:
             localPref=150,
             peers=["tor-a"],
             nodeSelectors=[{"matchLabels": {"kubernetes.io/os": "linux"}}],
+            maxNodes=8,
         ),
     )
     assert result.config is not None, messages(result.errors)
     a = result.config.advertisements[0]
     assert (a.aggregation_length, a.aggregation_length_v6, a.local_pref) == (24, 64, 150)
+    assert a.max_nodes == 8
     assert (a.ip_address_pools, a.peers) == (("pool-a",), ("tor-a",))
     assert messages(result.warnings) == []
 
