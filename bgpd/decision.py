@@ -30,6 +30,13 @@ because that is what users of MetalLB-style configs expect:
    whose session family is the IP's family (`noPeerOfFamily`): one session per family,
    see docs/architecture.md.
 
+7. Data plane (SpeakerConfig dataPlaneCheck, off by default): a node whose kube-proxy
+   health answer fails (after its drain) announces nothing (`dataPlaneNotReady`, after
+   the node-wide reasons above); a Local Service whose healthCheckNodePort fails is
+   announced with GRACEFUL_SHUTDOWN for the drain window, then skipped
+   (`dataPlaneNotReady`, after its endpoints). The checks are polled by the speaker
+   (bgpd.speaker.dataplane) and arrive here as a `DataPlane` value.
+
 Node-wide reasons come before the per-IP checks (MetalLB checks the advertisement
 first) because on an excluded or unavailable node they are the one answer that matters.
 
@@ -62,14 +69,16 @@ import bisect
 import functools
 import ipaddress
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from bgpd.attributes import parse_community, parse_u32
+from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
 from bgpd.model import (
+    DATA_PLANE_UNCHECKED,
     BGPAdvertisement,
     BGPPeer,
     ClusterSnapshot,
     Config,
+    DataPlane,
     Decision,
     EndpointSlice,
     IPAddress,
@@ -422,6 +431,7 @@ class _Context:
     blocked: SkipReason | None
     aliases: Mapping[str, str]
     ours: str | None
+    data_plane: DataPlane
 
 
 def _context(
@@ -429,8 +439,12 @@ def _context(
     node_obj: Node | None,
     node: NodeName,
     kernel_choices: Mapping[PeerName, IPAddress | None],
+    data_plane: DataPlane,
 ) -> _Context:
     labels = node_obj.labels if node_obj is not None else {}
+    blocked = node_reason(config, node_obj)
+    if blocked is None and not data_plane.node_ready:
+        blocked = SkipReason.DATA_PLANE_NOT_READY
     return _Context(
         scope=_NodeScope(
             config=config,
@@ -438,9 +452,10 @@ def _context(
             labels=labels,
             node_peers=peers_for_node(config, node_obj, kernel_choices=kernel_choices),
         ),
-        blocked=node_reason(config, node_obj),
+        blocked=blocked,
         aliases=community_aliases(config),
         ours=config.speaker.load_balancer_class,
+        data_plane=data_plane,
     )
 
 
@@ -470,7 +485,8 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     except ValueError as exc:
         return _Part(skips=(Skip(key, SkipReason.INVALID_ANNOTATION, detail=str(exc)),))
     if ctx.blocked is not None:
-        return _Part(skips=(Skip(key, ctx.blocked),))
+        detail = NODE_DATA_PLANE_DETAIL if ctx.blocked is SkipReason.DATA_PLANE_NOT_READY else ""
+        return _Part(skips=(Skip(key, ctx.blocked, detail=detail),))
     scope = ctx.scope
     if not _has_serving(slices, svc, scope.node):
         local = svc.external_traffic_policy is TrafficPolicy.LOCAL
@@ -483,6 +499,21 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
                 ),
             )
         )
+    dp = ctx.data_plane
+    if dp.services_checked and gated_by_health_check(svc) and key not in dp.ready:
+        if key in dp.draining:
+            wanted = _draining(wanted)
+        else:
+            return _Part(
+                skips=(
+                    Skip(
+                        key,
+                        SkipReason.DATA_PLANE_NOT_READY,
+                        detail=f"healthCheckNodePort {svc.health_check_node_port} has not "
+                        "passed its check",
+                    ),
+                )
+            )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
     for ip in dict.fromkeys(svc.ingress_ips):
@@ -500,12 +531,38 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     return _Part(skips=tuple(skips), contributions=tuple(contributions))
 
 
+#: The detail of a node-wide dataPlaneNotReady.
+NODE_DATA_PLANE_DETAIL = "the node's data-plane check (dataPlaneCheck.nodeURL) is failing"
+
+
+def gated_by_health_check(service: Service) -> bool:
+    """A Service kube-proxy answers for on its healthCheckNodePort (Local ones: the API
+    allocates the port only for them), so SpeakerConfig dataPlaneCheck gates it."""
+    return (
+        service.health_check_node_port is not None
+        and service.external_traffic_policy is TrafficPolicy.LOCAL
+    )
+
+
+def _draining(wanted: RouteAttributes) -> RouteAttributes:
+    """A Service whose data-plane check fails, in its drain window: RFC 8326
+    GRACEFUL_SHUTDOWN and LOCAL_PREF 0 (sent to iBGP peers only, like every LOCAL_PREF),
+    what the driver's DRAINING mode does for a whole node. A route several Services
+    share carries it as soon as one of them drains (communities are merged as a union)."""
+    return replace(
+        wanted,
+        communities=tuple(sorted({*wanted.communities, GRACEFUL_SHUTDOWN})),
+        local_pref=0,
+    )
+
+
 def decide(
     config: Config,
     snapshot: ClusterSnapshot,
     node: NodeName,
     *,
     kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
+    data_plane: DataPlane = DATA_PLANE_UNCHECKED,
 ) -> Decision:
     """The routes `node` must announce, per peer, and a Skip for every LoadBalancer
     Service (or IP of one) of ours it does not announce. Routes and skips are sorted,
@@ -513,8 +570,13 @@ def decide(
 
     Routes go only to the peers `node` has a session with (bgpd.peers.peers_for_node,
     given the kernel's source-address choice per peer; none offline); the others are in
-    Decision.peers_skipped with the reason."""
-    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices)
+    Decision.peers_skipped with the reason.
+
+    `data_plane` (SpeakerConfig dataPlaneCheck, bgpd.speaker.dataplane) gates the node
+    (`dataPlaneNotReady` for every Service, after the node-wide reasons) and single
+    Services (after their endpoints: GRACEFUL_SHUTDOWN while draining, then
+    `dataPlaneNotReady`)."""
+    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices, data_plane)
     merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
     skipped: list[Skip] = []
     slices = snapshot.endpoint_slices
@@ -572,7 +634,8 @@ class Decider:
 
     def __init__(self) -> None:
         self._key: (
-            tuple[Config, NodeName, Node | None, Mapping[PeerName, IPAddress | None]] | None
+            tuple[Config, NodeName, Node | None, Mapping[PeerName, IPAddress | None], DataPlane]
+            | None
         ) = None
         self._reset(None)
         self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
@@ -605,15 +668,17 @@ class Decider:
         node: NodeName,
         node_obj: Node | None,
         kernel_choices: Mapping[PeerName, IPAddress | None],
+        data_plane: DataPlane,
     ) -> bool:
         if self._key is None:
             return False
-        c, n, o, k = self._key
+        c, n, o, k, d = self._key
         return (
             (c is config or c == config)
             and n == node
             and (o is node_obj or (o is not None and node_obj is not None and o == node_obj))
             and k == kernel_choices
+            and d == data_plane
         )
 
     def decide(
@@ -624,13 +689,18 @@ class Decider:
         *,
         changed: Collection[ServiceKey] | None = None,
         kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
+        data_plane: DataPlane = DATA_PLANE_UNCHECKED,
     ) -> Decision:
         node_obj = snapshot.nodes.get(node)
         before: dict[PeerName, dict[IPNetwork, RouteAttributes]] | None = None
-        if self._ctx is None or not self._same_context(config, node, node_obj, kernel_choices):
+        # A new data-plane state starts from scratch like a new config: it changes
+        # seldom (a check crossing its threshold), so a full pass then costs little.
+        if self._ctx is None or not self._same_context(
+            config, node, node_obj, kernel_choices, data_plane
+        ):
             before = self._by_peer
-            self._key = (config, node, node_obj, dict(kernel_choices))
-            self._reset(_context(config, node_obj, node, kernel_choices))
+            self._key = (config, node, node_obj, dict(kernel_choices), data_plane)
+            self._reset(_context(config, node_obj, node, kernel_choices, data_plane))
             changed = None
         ctx = self._ctx
         assert ctx is not None
