@@ -65,6 +65,7 @@ from kbgpd_lab.lab.apicluster import (
     services_table,
 )
 from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.healthserver import HEALTHZ_PORT, write_state
 from kbgpd_lab.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
 from kbgpd_lab.lab.routers import (
     NODE_ASN,
@@ -173,6 +174,17 @@ def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[st
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
 
 
+#: The lab speakers' dataPlaneCheck: quick rounds, so tests see a change within a second.
+DATA_PLANE_CHECK: dict[str, Any] = {
+    "nodeURL": f"http://127.0.0.1:{HEALTHZ_PORT}/healthz",
+    "services": False,
+    "interval": "200ms",
+    "timeout": "500ms",
+    "failureThreshold": 2,
+    "successThreshold": 2,
+}
+
+
 def speaker_config(
     topo: Topology,
     *,
@@ -180,14 +192,25 @@ def speaker_config(
     drain_window: float,
     hold_time: int,
     on_sigterm: str = "withdraw",
+    data_plane_check: bool = False,
 ) -> str:
-    """The speakers' config: the lab pools, one BGPPeer per family to the router."""
+    """The speakers' config: the lab pools, one BGPPeer per family to the router; with
+    ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
+    stand-in (kbgpd_lab.lab.healthserver; the node's /healthz only: the stand-in does not
+    know the healthCheckNodePorts the API allocates)."""
+    spec: dict[str, Any] = {
+        "drainWindow": f"{drain_window}s",
+        "listen": True,
+        "onSigterm": on_sigterm,
+    }
+    if data_plane_check:
+        spec["dataPlaneCheck"] = DATA_PLANE_CHECK
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
         manifests.pool("lab", pools),
         manifests.advertisement("lab", ipAddressPools=["lab"]),
-        manifests.speaker_config(drainWindow=f"{drain_window}s", listen=True, onSigterm=on_sigterm),
+        manifests.speaker_config(**spec),
     ]
     docs += [
         manifests.bgp_peer(
@@ -265,6 +288,8 @@ class _Recorded:
     speakers: dict[str, dict[str, int]] = field(default_factory=dict)
     servers: dict[str, dict[str, int]] = field(default_factory=dict)
     services: list[dict[str, Any]] = field(default_factory=list)
+    #: The kube-proxy stand-ins (kbgpd_lab.lab.healthserver), with dataPlaneCheck.
+    health_servers: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Lab:
@@ -311,6 +336,7 @@ class Lab:
         wait: float = 30.0,
         cluster: str = "file",
         apisim_in_process: bool = True,
+        data_plane_check: bool = False,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -322,6 +348,9 @@ class Lab:
         the speakers' SpeakerConfig onSigterm (``withdraw``, ``drain`` or ``retain``).
         ``ecmp`` is the router's: ``pinned`` keeps each open connection on the node it
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
+        ``data_plane_check`` runs a kube-proxy stand-in per node (healthy; see
+        :meth:`set_proxy_health`) and has the speakers check it (SpeakerConfig
+        dataPlaneCheck).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -370,6 +399,7 @@ class Lab:
                     drain_window=drain_window,
                     hold_time=hold_time,
                     on_sigterm=on_sigterm,
+                    data_plane_check=data_plane_check,
                 )
             )
             if cluster == "api":
@@ -377,6 +407,8 @@ class Lab:
             lab.set_services(services, timeout=wait)
             for i in range(1, nodes + 1):
                 lab._start_server(i)
+                if data_plane_check:
+                    lab._start_health_server(i)
                 lab.start_speaker(i)
             lab.wait_sessions(timeout=wait)
             for svc in lab.services:
@@ -704,18 +736,38 @@ class Lab:
             raise LabError(f"node{i} drain: {out.stderr.strip()}")
 
     def _start_server(self, i: int) -> None:
-        d = self._node_dir(i)
-        log = d / "http.log"
-        log.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "kbgpd_lab.lab.httpserver", "--name", f"node{i}"]
+        self._rec.servers[str(i)] = self._start_ready(i, argv, "http.log", "HTTP server")
+
+    def _start_health_server(self, i: int) -> None:
+        """Node I's kube-proxy stand-in on 127.0.0.1:10256 of its namespace, healthy."""
+        state = self._health_state(i)
+        self.set_proxy_health(i, healthy=True)
+        argv = [sys.executable, "-m", "kbgpd_lab.lab.healthserver", "--state", str(state)]
+        self._rec.health_servers[str(i)] = self._start_ready(
+            i, argv, "proxy-health.log", "kube-proxy stand-in"
+        )
+
+    def _health_state(self, i: int) -> Path:
+        return self._node_dir(i) / "proxy-health.json"
+
+    def set_proxy_health(self, i: int, *, healthy: bool) -> None:
+        """Node I's kube-proxy stand-in answers 200 (healthy) or 503 from now on."""
+        write_state(self._health_state(i), healthy=healthy, local_endpoints={})
+
+    def _start_ready(self, i: int, argv: list[str], log_name: str, what: str) -> dict[str, int]:
+        """Start a server in node I's namespace and wait for its ``ready`` line."""
+        log = self._node_dir(i) / log_name
+        log.unlink(missing_ok=True)
         pid = self._spawn(self.topology.nodes[i - 1], argv, log)
-        self._rec.servers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
+        entry = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
         deadline = time.monotonic() + 10
         while b"ready" not in (log.read_bytes() if log.exists() else b""):
             if time.monotonic() > deadline or not process_alive(pid):
-                raise LabError(f"node{i} HTTP server did not start: {log.read_text()[-500:]}")
+                raise LabError(f"node{i} {what} did not start: {log.read_text()[-500:]}")
             time.sleep(0.01)
+        return entry
 
     def wait_sessions(self, timeout: float = 30) -> None:
         """Every node's session (per family) Established at the router."""
@@ -841,7 +893,8 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
         except (OSError, ValueError, TypeError):
             rec = None
         if rec is not None:
-            for entry in [*rec.speakers.values(), *rec.servers.values(), rec.controller]:
+            servers = [*rec.servers.values(), *rec.health_servers.values()]
+            for entry in [*rec.speakers.values(), *servers, rec.controller]:
                 pid = _alive(entry)
                 if pid is not None:
                     stop_pid(pid, 1.0)
