@@ -491,6 +491,17 @@ class Speaker:
             )
         )
 
+    def _data_plane_status(self) -> dict[str, Any] | None:
+        """/status "data_plane" (None without the check): the verdicts as they stand."""
+        if not self._data_plane_checked:
+            return None
+        services = self.data_plane_state.services
+        return {
+            "node_ready": self.data_plane_state.node.ready,
+            "services_ready": sorted(k for k, c in services.items() if c.ready),
+            "services_not_ready": sorted(k for k, c in services.items() if not c.ready),
+        }
+
     # ------------------------------------------------------------------ observability
 
     def _probes(self) -> SpeakerProbes:
@@ -589,6 +600,7 @@ class Speaker:
             "node": self.node,
             "mode": str(self.driver.mode),
             "drain": self._drain_status(),
+            "data_plane": self._data_plane_status(),
             "source": {"synced": self.source.synced, "stale": self.source.stale},
             "exabgp": {
                 "pid": sup.pid,

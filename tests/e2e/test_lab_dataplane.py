@@ -44,6 +44,7 @@ def test_failing_proxy_health_drains_the_node_then_it_comes_back(
         status = lab.speaker_status(3)
         assert status["mode"] == "withdrawn"
         assert status["drain"]["source"] == "dataPlane"
+        assert status["data_plane"]["node_ready"] is False
         skipped = status["explain"]["skipped"]
         assert {s["reason"] for s in skipped} == {"dataPlaneNotReady"}, skipped
         assert lab.router.fib(IP4) == every - {node3}
