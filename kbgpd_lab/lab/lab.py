@@ -135,6 +135,9 @@ class LabService:
     policy: str = "Cluster"
     namespace: str = "demo"
     port: int = 80
+    #: spec.healthCheckNodePort of a Local Service (the API's allocation; in file mode
+    #: the lab picks one).
+    health_check_node_port: int | None = None
 
 
 def node_addresses(topo: Topology, i: int) -> list[str]:
@@ -167,6 +170,8 @@ def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[st
         obj = service_object(svc.name, svc.namespace, policy=svc.policy, families=fams)
         obj["metadata"]["uid"] = f"uid-{svc.namespace}-{svc.name}"
         obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in svc.ips]}}
+        if svc.health_check_node_port is not None:
+            obj["spec"]["healthCheckNodePort"] = svc.health_check_node_port
         items.append(obj)
         items += endpoint_slices(
             svc.name, svc.namespace, families=fams, pod_nodes=svc.pod_nodes, port=svc.port
@@ -174,10 +179,12 @@ def cluster_dump(services: Sequence[LabService], nodes: Mapping[str, Sequence[st
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
 
 
+#: healthCheckNodePorts the lab gives Local Services in file mode (the API allocates its own).
+FILE_HEALTH_CHECK_PORTS = 32100
+
 #: The lab speakers' dataPlaneCheck: quick rounds, so tests see a change within a second.
 DATA_PLANE_CHECK: dict[str, Any] = {
     "nodeURL": f"http://127.0.0.1:{HEALTHZ_PORT}/healthz",
-    "services": False,
     "interval": "200ms",
     "timeout": "500ms",
     "failureThreshold": 2,
@@ -196,8 +203,7 @@ def speaker_config(
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router; with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
-    stand-in (kbgpd_lab.lab.healthserver; the node's /healthz only: the stand-in does not
-    know the healthCheckNodePorts the API allocates)."""
+    stand-in (kbgpd_lab.lab.healthserver)."""
     spec: dict[str, Any] = {
         "drainWindow": f"{drain_window}s",
         "listen": True,
@@ -290,6 +296,8 @@ class _Recorded:
     services: list[dict[str, Any]] = field(default_factory=list)
     #: The kube-proxy stand-ins (kbgpd_lab.lab.healthserver), with dataPlaneCheck.
     health_servers: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per node: what its stand-in is told to answer (Lab.set_proxy_health).
+    proxy: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Lab:
@@ -452,6 +460,13 @@ class Lab:
         self.services = list(services)
         if self._rec.cluster == "api":
             self.services = self._apply_api_services(self.services, timeout)
+        else:
+            self.services = [
+                replace(s, health_check_node_port=FILE_HEALTH_CHECK_PORTS + k)
+                if s.policy == "Local" and s.health_check_node_port is None
+                else s
+                for k, s in enumerate(self.services)
+            ]
         ips = {ip for svc in self.services for ip in svc.ips}
         for node in self.topology.nodes:
             have = _lo_addresses(node)
@@ -465,6 +480,8 @@ class Lab:
             self._write_dump(cluster_dump(self.services, nodes))
         self._rec.services = [asdict(s) for s in self.services]
         self._save()
+        for i in self._rec.health_servers:
+            self._write_proxy_state(int(i))
 
     def _write_dump(self, text: str) -> None:
         tmp = self.dump_path.with_suffix(".tmp")
@@ -574,10 +591,11 @@ class Lab:
                 obj = current.get((svc.namespace, svc.name), {})
                 ingress = obj.get("status", {}).get("loadBalancer", {}).get("ingress") or []
                 ips = tuple(i["ip"] for i in ingress if i.get("ip"))
+                hcnp = obj.get("spec", {}).get("healthCheckNodePort")
                 fams = families_of(svc.ips) if svc.ips else ([4, 6] if self.topology.ipv6 else [4])
                 if len(ips) < len(fams):
                     break
-                out.append(replace(svc, ips=ips))
+                out.append(replace(svc, ips=ips, health_check_node_port=hcnp))
             else:
                 return out
             if time.monotonic() > deadline:
@@ -740,20 +758,44 @@ class Lab:
         self._rec.servers[str(i)] = self._start_ready(i, argv, "http.log", "HTTP server")
 
     def _start_health_server(self, i: int) -> None:
-        """Node I's kube-proxy stand-in on 127.0.0.1:10256 of its namespace, healthy."""
+        """Node I's kube-proxy stand-in on 127.0.0.1:10256 of its namespace."""
+        self._write_proxy_state(i)
         state = self._health_state(i)
-        self.set_proxy_health(i, healthy=True)
         argv = [sys.executable, "-m", "kbgpd_lab.lab.healthserver", "--state", str(state)]
         self._rec.health_servers[str(i)] = self._start_ready(
             i, argv, "proxy-health.log", "kube-proxy stand-in"
         )
+        self._save()
 
     def _health_state(self, i: int) -> Path:
         return self._node_dir(i) / "proxy-health.json"
 
-    def set_proxy_health(self, i: int, *, healthy: bool) -> None:
-        """Node I's kube-proxy stand-in answers 200 (healthy) or 503 from now on."""
-        write_state(self._health_state(i), healthy=healthy, local_endpoints={})
+    def set_proxy_health(
+        self, i: int, *, healthy: bool = True, local_endpoints: Mapping[str, int] | None = None
+    ) -> None:
+        """What node I's kube-proxy stand-in answers from now on: /healthz 200 (healthy)
+        or 503; a Local Service's healthCheckNodePort as many local endpoints as the lab
+        put pods on node I, unless ``local_endpoints`` (namespace/name -> count) says
+        otherwise (kube-proxy lagging behind the EndpointSlices)."""
+        self._rec.proxy[str(i)] = {
+            "healthy": healthy,
+            "local_endpoints": dict(local_endpoints or {}),
+        }
+        self._save()
+        self._write_proxy_state(i)
+
+    def _write_proxy_state(self, i: int) -> None:
+        said = self._rec.proxy.get(str(i), {})
+        override: Mapping[str, int] = said.get("local_endpoints", {})
+        services = {
+            f"{s.namespace}/{s.name}": (
+                s.health_check_node_port,
+                override.get(f"{s.namespace}/{s.name}", s.pod_nodes.count(i)),
+            )
+            for s in self.services
+            if s.policy == "Local" and s.health_check_node_port is not None
+        }
+        write_state(self._health_state(i), healthy=said.get("healthy", True), services=services)
 
     def _start_ready(self, i: int, argv: list[str], log_name: str, what: str) -> dict[str, int]:
         """Start a server in node I's namespace and wait for its ``ready`` line."""

@@ -34,12 +34,14 @@ def _free_port() -> int:
 
 
 class Server:
-    """The stand-in in a child process: healthz on one port, shop/web on another."""
+    """The stand-in in a child process: healthz on one port, shop/web's
+    healthCheckNodePort on another (from the state file)."""
 
     def __init__(self, tmp: Path) -> None:
         self.state = tmp / "proxy-health.json"
         self.healthz_port = _free_port()
         self.service_port = _free_port()
+        self.set(healthy=True)
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -49,8 +51,6 @@ class Server:
                 str(self.state),
                 "--port",
                 str(self.healthz_port),
-                "--service",
-                f"{WEB}={self.service_port}",
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -66,7 +66,9 @@ class Server:
         )
 
     def set(self, *, healthy: bool, web_endpoints: int = 1) -> None:
-        write_state(self.state, healthy=healthy, local_endpoints={str(WEB): web_endpoints})
+        write_state(
+            self.state, healthy=healthy, services={str(WEB): (self.service_port, web_endpoints)}
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
