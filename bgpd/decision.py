@@ -37,6 +37,13 @@ because that is what users of MetalLB-style configs expect:
    the session rule is peers_for_node() without kernel choices: what the cluster can
    see (sourceAddress, InternalIP), never what one node's kernel says.
 
+7. Data plane (SpeakerConfig dataPlaneCheck, off by default): a node whose kube-proxy
+   health answer fails (after its drain) announces nothing (`dataPlaneNotReady`, after
+   the node-wide reasons above); a Local Service whose healthCheckNodePort fails is
+   announced with GRACEFUL_SHUTDOWN for the drain window, then skipped
+   (`dataPlaneNotReady`, after its endpoints). The checks are polled by the speaker
+   (bgpd.speaker.dataplane) and arrive here as a `DataPlane` value.
+
 Node-wide reasons come before the per-IP checks (MetalLB checks the advertisement
 first) because on an excluded or unavailable node they are the one answer that matters.
 
@@ -71,16 +78,18 @@ import bisect
 import functools
 import ipaddress
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bgpd import fanout
-from bgpd.attributes import parse_community, parse_u32
+from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
 from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
+    DATA_PLANE_UNCHECKED,
     BGPAdvertisement,
     BGPPeer,
     ClusterSnapshot,
     Config,
+    DataPlane,
     Decision,
     EndpointSlice,
     IPAddress,
@@ -497,6 +506,7 @@ class _Context:
     blocked: SkipReason | None
     aliases: Mapping[str, str]
     ours: str | None
+    data_plane: DataPlane
 
 
 def _context(
@@ -505,8 +515,12 @@ def _context(
     node: NodeName,
     kernel_choices: Mapping[PeerName, IPAddress | None],
     nodes: Mapping[NodeName, Node],
+    data_plane: DataPlane,
 ) -> _Context:
     labels = node_obj.labels if node_obj is not None else {}
+    blocked = node_reason(config, node_obj)
+    if blocked is None and not data_plane.node_ready:
+        blocked = SkipReason.DATA_PLANE_NOT_READY
     return _Context(
         scope=_NodeScope(
             config=config,
@@ -515,9 +529,10 @@ def _context(
             node_peers=peers_for_node(config, node_obj, kernel_choices=kernel_choices),
             nodes=nodes,
         ),
-        blocked=node_reason(config, node_obj),
+        blocked=blocked,
         aliases=community_aliases(config),
         ours=config.speaker.load_balancer_class,
+        data_plane=data_plane,
     )
 
 
@@ -547,7 +562,8 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     except ValueError as exc:
         return _Part(skips=(Skip(key, SkipReason.INVALID_ANNOTATION, detail=str(exc)),))
     if ctx.blocked is not None:
-        return _Part(skips=(Skip(key, ctx.blocked),))
+        detail = NODE_DATA_PLANE_DETAIL if ctx.blocked is SkipReason.DATA_PLANE_NOT_READY else ""
+        return _Part(skips=(Skip(key, ctx.blocked, detail=detail),))
     scope = ctx.scope
     local = svc.external_traffic_policy is TrafficPolicy.LOCAL
     if not _has_serving(slices, svc, scope.node):
@@ -560,6 +576,21 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
                 ),
             )
         )
+    dp = ctx.data_plane
+    if dp.services_checked and gated_by_health_check(svc) and key not in dp.ready:
+        if key in dp.draining:
+            wanted = _draining(wanted)
+        else:
+            return _Part(
+                skips=(
+                    Skip(
+                        key,
+                        SkipReason.DATA_PLANE_NOT_READY,
+                        detail=f"healthCheckNodePort {svc.health_check_node_port} has not "
+                        "passed its check",
+                    ),
+                )
+            )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
     endpoints = serving_endpoints(slices, scope.node) if local else 0
@@ -615,12 +646,38 @@ def _fanout_miss(
     return f"rank {place} of {len(candidates)}, {cap}"
 
 
+#: The detail of a node-wide dataPlaneNotReady.
+NODE_DATA_PLANE_DETAIL = "the node's data-plane check (dataPlaneCheck.nodeURL) is failing"
+
+
+def gated_by_health_check(service: Service) -> bool:
+    """A Service kube-proxy answers for on its healthCheckNodePort (Local ones: the API
+    allocates the port only for them), so SpeakerConfig dataPlaneCheck gates it."""
+    return (
+        service.health_check_node_port is not None
+        and service.external_traffic_policy is TrafficPolicy.LOCAL
+    )
+
+
+def _draining(wanted: RouteAttributes) -> RouteAttributes:
+    """A Service whose data-plane check fails, in its drain window: RFC 8326
+    GRACEFUL_SHUTDOWN and LOCAL_PREF 0 (sent to iBGP peers only, like every LOCAL_PREF),
+    what the driver's DRAINING mode does for a whole node. A route several Services
+    share carries it as soon as one of them drains (communities are merged as a union)."""
+    return replace(
+        wanted,
+        communities=tuple(sorted({*wanted.communities, GRACEFUL_SHUTDOWN})),
+        local_pref=0,
+    )
+
+
 def decide(
     config: Config,
     snapshot: ClusterSnapshot,
     node: NodeName,
     *,
     kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
+    data_plane: DataPlane = DATA_PLANE_UNCHECKED,
 ) -> Decision:
     """The routes `node` must announce, per peer, and a Skip for every LoadBalancer
     Service (or IP of one) of ours it does not announce. Routes and skips are sorted,
@@ -628,8 +685,15 @@ def decide(
 
     Routes go only to the peers `node` has a session with (bgpd.peers.peers_for_node,
     given the kernel's source-address choice per peer; none offline); the others are in
-    Decision.peers_skipped with the reason."""
-    ctx = _context(config, snapshot.nodes.get(node), node, kernel_choices, snapshot.nodes)
+    Decision.peers_skipped with the reason.
+
+    `data_plane` (SpeakerConfig dataPlaneCheck, bgpd.speaker.dataplane) gates the node
+    (`dataPlaneNotReady` for every Service, after the node-wide reasons) and single
+    Services (after their endpoints: GRACEFUL_SHUTDOWN while draining, then
+    `dataPlaneNotReady`)."""
+    ctx = _context(
+        config, snapshot.nodes.get(node), node, kernel_choices, snapshot.nodes, data_plane
+    )
     merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
     skipped: list[Skip] = []
     slices = snapshot.endpoint_slices
@@ -661,14 +725,15 @@ class _Memo:
 
 _SkipKey = tuple[str, int, int, str, str]
 
-#: What a Decider's context depends on: config, node name, Node, kernel choices, and
-#: every Node when an advertisement has a fan-out cap (else None).
+#: What a Decider's context depends on: config, node name, Node, kernel choices,
+#: every Node when an advertisement has a fan-out cap (else None), and the data plane.
 _ContextKey = tuple[
     Config,
     NodeName,
     Node | None,
     Mapping[PeerName, IPAddress | None],
     Mapping[NodeName, Node] | None,
+    DataPlane,
 ]
 
 
@@ -729,16 +794,18 @@ class Decider:
         node_obj: Node | None,
         kernel_choices: Mapping[PeerName, IPAddress | None],
         nodes: Mapping[NodeName, Node] | None,
+        data_plane: DataPlane,
     ) -> bool:
         if self._key is None:
             return False
-        c, n, o, k, others = self._key
+        c, n, o, k, others, d = self._key
         return (
             (c is config or c == config)
             and n == node
             and (o is node_obj or (o is not None and node_obj is not None and o == node_obj))
             and k == kernel_choices
             and (others is nodes or (others is not None and nodes is not None and others == nodes))
+            and d == data_plane
         )
 
     def decide(
@@ -749,6 +816,7 @@ class Decider:
         *,
         changed: Collection[ServiceKey] | None = None,
         kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
+        data_plane: DataPlane = DATA_PLANE_UNCHECKED,
     ) -> Decision:
         node_obj = snapshot.nodes.get(node)
         # With a fan-out cap every Node is an input (the candidates, rule 7): any Node
@@ -756,12 +824,16 @@ class Decider:
         # the snapshot, so this is rare.
         others = snapshot.nodes if any(a.max_nodes for a in config.advertisements) else None
         before: dict[PeerName, dict[IPNetwork, RouteAttributes]] | None = None
+        # A new data-plane state starts from scratch like a new config: it changes
+        # seldom (a check crossing its threshold), so a full pass then costs little.
         if self._ctx is None or not self._same_context(
-            config, node, node_obj, kernel_choices, others
+            config, node, node_obj, kernel_choices, others, data_plane
         ):
             before = self._by_peer
-            self._key = (config, node, node_obj, dict(kernel_choices), others)
-            self._reset(_context(config, node_obj, node, kernel_choices, snapshot.nodes))
+            self._key = (config, node, node_obj, dict(kernel_choices), others, data_plane)
+            self._reset(
+                _context(config, node_obj, node, kernel_choices, snapshot.nodes, data_plane)
+            )
             changed = None
         ctx = self._ctx
         assert ctx is not None

@@ -284,6 +284,28 @@ class MQTTConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class DataPlaneCheck:
+    """SpeakerConfig spec.dataPlaneCheck: poll kube-proxy's health answers and announce
+    only while they pass (a node whose proxy is broken, or still starting after a reboot,
+    would drop the traffic its routes attract). kube-proxy's /healthz gates every route of
+    the node; a Local Service's healthCheckNodePort gates that Service. A result changes
+    the state only after `failure_threshold` (or `success_threshold`) in a row."""
+
+    #: kube-proxy's healthz endpoint (--healthz-bind-address, port 10256 by default).
+    node_url: str = "http://127.0.0.1:10256/healthz"
+    #: The address healthCheckNodePorts are asked on (kube-proxy listens on every node
+    #: address unless --nodeport-addresses narrows it).
+    service_host: str = "127.0.0.1"
+    #: Also check each Local Service's healthCheckNodePort.
+    services: bool = True
+    #: Seconds between two rounds of checks, and the bound on one answer.
+    interval: float = 1.0
+    timeout: float = 1.0
+    failure_threshold: int = 3
+    success_threshold: int = 2
+
+
+@dataclass(frozen=True, slots=True)
 class SpeakerConfig:
     """kube-bgpd.io/v1alpha1 SpeakerConfig: the daemon's own settings. Every field has a
     default so that a file holding only MetalLB kinds is a complete config."""
@@ -303,6 +325,8 @@ class SpeakerConfig:
     on_sigterm: SigtermAction = SigtermAction.WITHDRAW
     #: Also let ExaBGP listen so routers can reconnect at once (its own retry backs off to 60 s).
     listen: bool = False
+    #: Announce only where the data plane works (kube-proxy's health answers); None: off.
+    data_plane_check: DataPlaneCheck | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +384,9 @@ class Service:
     selector: Mapping[str, str] | None = None
     labels: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
     annotations: Mapping[str, str] = field(default_factory=lambda: EMPTY_LABELS)
+    #: spec.healthCheckNodePort (Local Services): kube-proxy answers there with the
+    #: node's local endpoint count, 503 when none.
+    health_check_node_port: int | None = None
 
     @property
     def key(self) -> ServiceKey:
@@ -453,6 +480,9 @@ class SkipReason(StrEnum):
     INVALID_ANNOTATION = "invalidAnnotation"
     #: The advertisement's maxNodes cap: other nodes rank higher for this prefix.
     NOT_SELECTED_FOR_FANOUT = "notSelectedForFanOut"
+    #: SpeakerConfig dataPlaneCheck: kube-proxy's health answer for this node (or the
+    #: Service's healthCheckNodePort) is failing, after its drain window.
+    DATA_PLANE_NOT_READY = "dataPlaneNotReady"
 
 
 class PeerSkipReason(StrEnum):
@@ -518,6 +548,25 @@ class Skip:
     reason: SkipReason
     ip: IPAddress | None = None
     detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DataPlane:
+    """What the data-plane checks (SpeakerConfig dataPlaneCheck) say, as decide() takes
+    it: whether the node may announce at all and, when `services_checked`, which Local
+    Services with a healthCheckNodePort passed their check (`ready`) or are in the drain
+    window after failing it (`draining`: routes with GRACEFUL_SHUTDOWN); any other such
+    Service is `dataPlaneNotReady`, one not checked yet included. The default (no
+    checks) gates nothing."""
+
+    node_ready: bool = True
+    services_checked: bool = False
+    ready: frozenset[ServiceKey] = frozenset()
+    draining: frozenset[ServiceKey] = frozenset()
+
+
+#: No data-plane check: nothing gated.
+DATA_PLANE_UNCHECKED = DataPlane()
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,11 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     if not all(isinstance(f, str) for f in families):
         raise ObjectError(f"{where}.spec.ipFamilies: expected a list of strings")
     selector = spec.get("selector")
+    hcnp = spec.get("healthCheckNodePort")
+    if hcnp is not None and (
+        not isinstance(hcnp, int) or isinstance(hcnp, bool) or not 1 <= hcnp <= 65535
+    ):
+        raise ObjectError(f"{where}.spec.healthCheckNodePort: {hcnp!r} is not a port 1-65535")
     return Service(
         namespace=namespace,
         name=name,
@@ -200,6 +205,7 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
         selector=None if selector is None else _labels(spec, "selector", f"{where}.spec"),
         labels=_labels(meta, "labels", f"{where}.metadata"),
         annotations=_labels(meta, "annotations", f"{where}.metadata"),
+        health_check_node_port=hcnp,
     )
 
 

@@ -55,8 +55,10 @@ from typing import Protocol, runtime_checkable
 from bgpd.decision import Decider
 from bgpd.logs import log
 from bgpd.model import (
+    DATA_PLANE_UNCHECKED,
     ClusterSnapshot,
     Config,
+    DataPlane,
     Decision,
     DesiredRoutes,
     IPAddress,
@@ -169,6 +171,8 @@ class Reconciler:
         #: kernel at hand, the rule uses sourceAddress and the Node's InternalIP.
         self.kernel_choices = kernel_choices
         self.node = node
+        #: What the data-plane checks say (set_data_plane); nothing gated by default.
+        self.data_plane = DATA_PLANE_UNCHECKED
         self.source = source
         self.sink = sink
         self.debounce = debounce
@@ -194,6 +198,12 @@ class Reconciler:
     def set_config(self, config: Config) -> None:
         self.config = config
         self.kick()
+
+    def set_data_plane(self, data_plane: DataPlane) -> None:
+        """The data-plane checks changed their verdict: decide again with it."""
+        if data_plane != self.data_plane:
+            self.data_plane = data_plane
+            self.kick()
 
     def kick(self) -> None:
         """Decide again soon, without a change from the source (config reload)."""
@@ -235,7 +245,12 @@ class Reconciler:
             else self.kernel_choices(self.config, snapshot.nodes.get(self.node))
         )
         decision = decider.decide(
-            self.config, snapshot, self.node, changed=changed, kernel_choices=kernel
+            self.config,
+            snapshot,
+            self.node,
+            changed=changed,
+            kernel_choices=kernel,
+            data_plane=self.data_plane,
         )
         self._decider_current = self._changes_of is not None
         return Pass(

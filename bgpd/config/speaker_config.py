@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import urllib.parse
 from pathlib import Path
 from typing import Final
 
@@ -18,6 +19,7 @@ from bgpd.config.values import (
     show,
 )
 from bgpd.model import (
+    DataPlaneCheck,
     LogFormat,
     MQTTConfig,
     SigtermAction,
@@ -36,6 +38,22 @@ MQTT_FIELDS: Final = (
 )
 #: A duration string, or (our own kind only) a number of seconds.
 _SECONDS: Final = (Field(ref="duration"), Field(type="number", minimum=0))
+_DP = DataPlaneCheck()
+DATA_PLANE_CHECK_FIELDS: Final = (
+    Field(
+        "nodeURL",
+        type="string",
+        pattern=r"^https?://[^\u0000-\u0020\u007f]+$",
+        default=_DP.node_url,
+        description="kube-proxy's healthz URL on this node; it gates every route.",
+    ),
+    Field("serviceHost", ref="text", default=_DP.service_host),
+    Field("services", type="boolean", default=_DP.services),
+    Field("interval", any_of=_SECONDS, default="1s"),
+    Field("timeout", any_of=_SECONDS, default="1s"),
+    Field("failureThreshold", type="integer", minimum=1, maximum=100, default=3),
+    Field("successThreshold", type="integer", minimum=1, maximum=100, default=2),
+)
 
 SPEAKER: Final = KindTable(
     kind="SpeakerConfig",
@@ -66,6 +84,14 @@ SPEAKER: Final = KindTable(
             "(stale until the next speaker refreshes them).",
         ),
         Field("listen", type="boolean", default=False),
+        Field(
+            "dataPlaneCheck",
+            type="object",
+            nullable=True,
+            fields=DATA_PLANE_CHECK_FIELDS,
+            description="Announce only while kube-proxy's health answers pass (off when "
+            "absent); see docs/configuration.md.",
+        ),
     ),
 )
 
@@ -145,6 +171,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     listen = d.listen
     if f.get("listen") is not None:
         listen = read_bool(doc, "spec.listen", f["listen"]) is True
+    data_plane = None
+    if f.get("dataPlaneCheck") is not None:
+        data_plane = _data_plane_check(doc, "spec.dataPlaneCheck", f["dataPlaneCheck"])
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -159,6 +188,61 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         drain_window=drain,
         on_sigterm=on_sigterm,
         listen=listen,
+        data_plane_check=data_plane,
+    )
+
+
+def _data_plane_check(doc: Doc, path: str, value: object) -> DataPlaneCheck | None:
+    f = read_fields(doc, path, value, names(DATA_PLANE_CHECK_FIELDS))
+    if f is None:
+        return None
+    before = doc.errors
+    d = DataPlaneCheck()
+    url = d.node_url
+    if f.get("nodeURL") is not None:
+        at = join_path(path, "nodeURL")
+        got = read_text(doc, at, f["nodeURL"])
+        if got is not None:
+            parts = urllib.parse.urlsplit(got)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                doc.error(at, f"{got!r} must be an http:// or https:// URL with a host")
+            url = got
+    host = d.service_host
+    if f.get("serviceHost") is not None:
+        at = join_path(path, "serviceHost")
+        got = read_text(doc, at, f["serviceHost"])
+        if got is not None:
+            try:
+                ipaddress.ip_address(got)
+            except ValueError:
+                doc.error(at, f"{got!r} is not an IP address")
+            host = got
+    services = d.services
+    if f.get("services") is not None:
+        services = read_bool(doc, join_path(path, "services"), f["services"]) is True
+    seconds: dict[str, float] = {"interval": d.interval, "timeout": d.timeout}
+    for name in seconds:
+        if f.get(name) is not None:
+            at = join_path(path, name)
+            got_s = read_duration(doc, at, f[name], numbers=True)
+            if got_s is not None and got_s <= 0:
+                doc.error(at, "must be more than 0")
+            elif got_s is not None:
+                seconds[name] = float(got_s)
+    counts = {"failureThreshold": d.failure_threshold, "successThreshold": d.success_threshold}
+    for name in counts:
+        if f.get(name) is not None:
+            counts[name] = read_int(doc, join_path(path, name), f[name], 1, 100) or counts[name]
+    if doc.errors != before:
+        return None
+    return DataPlaneCheck(
+        node_url=url,
+        service_host=host,
+        services=services,
+        interval=seconds["interval"],
+        timeout=seconds["timeout"],
+        failure_threshold=counts["failureThreshold"],
+        success_threshold=counts["successThreshold"],
     )
 
 

@@ -13,6 +13,9 @@ tasks:
 * ``heap-freeze`` once the first decision's routes are acknowledged, collects and
   freezes the heap (``_freeze_heap``: later full collections skip the first sync's
   objects),
+* ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
+  answers (bgpd.speaker.probe) into the verdicts (bgpd.speaker.dataplane): the node's goes
+  to the drain, the whole to decide() as a DataPlane,
 * ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
   pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP),
 * the ``companions`` given at construction (``--with-controller``: ``controller``).
@@ -54,6 +57,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
@@ -73,8 +77,10 @@ from bgpd.metrics import (
     metrics_routes,
 )
 from bgpd.model import (
+    DATA_PLANE_UNCHECKED,
     ClusterSnapshot,
     Config,
+    DataPlaneCheck,
     DesiredRoutes,
     IPAddress,
     Node,
@@ -85,8 +91,16 @@ from bgpd.model import (
 from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import drain
+from bgpd.speaker.dataplane import (
+    DataPlaneState,
+    Thresholds,
+    checked_services,
+    data_plane,
+    observe_round,
+)
 from bgpd.speaker.drain import DrainEvent, DrainState, Transition
 from bgpd.speaker.health import HealthInputs, ReadinessInputs, health, readiness
+from bgpd.speaker.probe import Round, ask_round
 from bgpd.speaker.render_inputs import HostRenderInputs, RenderInputs
 from bgpd.speaker.source import (
     ConfigFollower,
@@ -250,6 +264,11 @@ class Speaker:
         self._drain_timer: asyncio.TimerHandle | None = None
         #: Set once a drain's window has ended (its routes withdrawn).
         self._drained = asyncio.Event()
+        #: The data-plane checks' verdicts (bgpd.speaker.dataplane owns their rules).
+        self.data_plane_state = DataPlaneState()
+        #: Whether the data-plane task runs (SpeakerConfig dataPlaneCheck at start).
+        self._data_plane_checked = sc.data_plane_check is not None
+        self._drain_step(drain.initial(sc.drain_window, data_plane_check=self._data_plane_checked))
 
     # ------------------------------------------------------------------ passes
 
@@ -392,6 +411,7 @@ class Speaker:
             self._drained.set()
         else:
             self._drained.clear()
+        self._publish_data_plane()
 
     def _drain_tick(self) -> None:
         self._drain_timer = None
@@ -400,6 +420,89 @@ class Speaker:
     def _drain_status(self) -> dict[str, Any]:
         # The driver's mode: a stop (withdraw, retain) sets it beyond the drain's.
         return {**self.drain_state.status(), "mode": str(self.driver.mode)}
+
+    # ------------------------------------------------------------------ data plane
+
+    async def _data_plane(self) -> None:
+        """SpeakerConfig dataPlaneCheck: one round of kube-proxy's health answers per
+        interval (bgpd.speaker.probe asks, bgpd.speaker.dataplane decides). A reload that
+        removes the check ends the gating (adding one takes a restart)."""
+        async with aiohttp.ClientSession() as session:
+            while (check := self.config.speaker.data_plane_check) is not None:
+                started = time.monotonic()
+                last = self.reconciler.last
+                services = (
+                    checked_services(self.config, last.snapshot, self.node)
+                    if last is not None and check.services
+                    else {}
+                )
+                self._data_plane_round(check, await ask_round(session, check, services))
+                await asyncio.sleep(max(0.0, check.interval - (time.monotonic() - started)))
+        self._data_plane_checked = False
+        self._drain_step(drain.data_plane(self.drain_state, True, time.time()))
+        log(_logger, logging.INFO, "dataplane.check_removed")
+
+    def _data_plane_round(self, check: DataPlaneCheck, answers: Round) -> None:
+        """Feed one round's answers to the verdicts; log each verdict that changed; hand
+        the node's to the drain and the whole to the reconciler."""
+        before = self.data_plane_state
+        after = observe_round(
+            before,
+            node_ok=answers.node.ok,
+            services_ok={key: a.ok for key, a in answers.services.items()},
+            now=time.monotonic(),
+            thresholds=Thresholds(check.failure_threshold, check.success_threshold),
+        )
+        self.data_plane_state = after
+        if after.node.ready is not before.node.ready:
+            state = "ready" if after.node.ready else "not_ready"
+            log(
+                _logger,
+                logging.INFO if after.node.ready else logging.WARNING,
+                f"dataplane.node_{state}",
+                url=check.node_url,
+                answer=answers.node.detail,
+            )
+        for key, c in after.services.items():
+            held = before.services.get(key)
+            if c.ready is not (held is not None and held.ready):
+                state = "ready" if c.ready else "not_ready"
+                log(
+                    _logger,
+                    logging.INFO if c.ready else logging.WARNING,
+                    f"dataplane.service_{state}",
+                    service=key,
+                    answer=answers.services[key].detail,
+                )
+        self._drain_step(drain.data_plane(self.drain_state, after.node.ready, time.time()))
+
+    def _publish_data_plane(self) -> None:
+        """Hand decide() what the checks say now (the reconciler decides again when it
+        changed); nothing is gated without the check."""
+        if not self._data_plane_checked:
+            self.reconciler.set_data_plane(DATA_PLANE_UNCHECKED)
+            return
+        check = self.config.speaker.data_plane_check
+        self.reconciler.set_data_plane(
+            data_plane(
+                self.data_plane_state,
+                node_withdrawn=self.drain_state.data_plane_withdrawn,
+                services_checked=check is not None and check.services,
+                now=time.monotonic(),
+                window=self.config.speaker.drain_window,
+            )
+        )
+
+    def _data_plane_status(self) -> dict[str, Any] | None:
+        """/status "data_plane" (None without the check): the verdicts as they stand."""
+        if not self._data_plane_checked:
+            return None
+        services = self.data_plane_state.services
+        return {
+            "node_ready": self.data_plane_state.node.ready,
+            "services_ready": sorted(k for k, c in services.items() if c.ready),
+            "services_not_ready": sorted(k for k, c in services.items() if not c.ready),
+        }
 
     # ------------------------------------------------------------------ observability
 
@@ -499,6 +602,7 @@ class Speaker:
             "node": self.node,
             "mode": str(self.driver.mode),
             "drain": self._drain_status(),
+            "data_plane": self._data_plane_status(),
             "source": {"synced": self.source.synced, "stale": self.source.stale},
             "exabgp": {
                 "pid": sup.pid,
@@ -617,6 +721,8 @@ class Speaker:
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
+                if self._data_plane_checked:
+                    tg.create_task(self._data_plane(), name="data-plane")
                 if self.mqtt is not None:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()

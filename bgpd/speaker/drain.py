@@ -1,9 +1,11 @@
 """Drain (RFC 8326), the one owner of its rules: a pure state machine.
 
-Three inputs ask for or end a drain: the operator (`kube-bgpd drain`, i.e. POST /drain, and
-SpeakerConfig onSigterm drain), the Node's ``kube-bgpd.io/drain`` annotation, and the
-clock (the window ends). Each transition takes the current ``DrainState`` and the time
-and returns a ``Transition``: the new state, the driver mode to set (None: unchanged),
+Four inputs ask for or end a drain: the operator (`kube-bgpd drain`, i.e. POST /drain, and
+SpeakerConfig onSigterm drain), the Node's ``kube-bgpd.io/drain`` annotation, the node's
+data-plane check (SpeakerConfig dataPlaneCheck: kube-proxy's health answer, after its
+hysteresis in bgpd.speaker.dataplane), and the clock (the window ends). Each transition
+takes the current ``DrainState`` and the time and returns a ``Transition``: the new
+state, the driver mode to set (None: unchanged),
 the log events to write and when to be ticked again. No I/O, no clock, no asyncio task:
 the speaker (bgpd.speaker.app) turns the outputs into ``driver.set_mode`` calls, log
 lines and one timer.
@@ -16,6 +18,12 @@ The rules:
   comes on top of an annotation's drain takes it over, keeping its window);
 * the annotation "true" starts a drain; "false" or its removal ends only a drain the
   annotation started (announcing normally again);
+* a failing data-plane check starts a drain; passing again ends only a drain the data
+  plane owns. The annotation and the data plane are levels the state remembers: when
+  one lets go while the other still asks, the drain is handed over (its window and mode
+  kept), so neither can bring back a node the other withdrew. A speaker started with
+  the check begins withdrawn (owned by the data plane, no window: nothing was
+  announced to drain) until the check first passes;
 * a value that is neither "true" nor "false" changes nothing (a typo must neither
   withdraw a node nor bring one back); it is reported once per value;
 * once the speaker is stopping, the annotation is no longer followed (the stop owns the
@@ -60,6 +68,7 @@ class DrainSource(StrEnum):
 
     REQUEST = "request"
     ANNOTATION = "annotation"
+    DATA_PLANE = "dataPlane"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +91,17 @@ class DrainState:
     stopping: bool = False
     #: The last annotation value that was not understood (reported once).
     bad_annotation: str | None = None
+    #: The annotation last asked for a drain ("true").
+    annotated: bool = False
+    #: The node's data-plane check passes (always, without SpeakerConfig dataPlaneCheck).
+    data_plane_ready: bool = True
+
+    @property
+    def data_plane_withdrawn(self) -> bool:
+        """The node's routes are withdrawn while its data-plane check fails: decide()
+        then reports every Service as `dataPlaneNotReady` (before the window ends the
+        routes are still announced, with GRACEFUL_SHUTDOWN)."""
+        return not self.data_plane_ready and self.mode is DriverMode.WITHDRAWN
 
     @property
     def draining(self) -> bool:
@@ -123,12 +143,58 @@ def _start(state: DrainState, source: DrainSource, now: float) -> Transition:
     )
 
 
+def _settle(state: DrainState, now: float) -> Transition:
+    """Start, hand over or end the drain as the remembered levels ask (an operator's
+    drain is never ended here)."""
+    if state.source is DrainSource.REQUEST:
+        return Transition(state)
+    wanted = (
+        DrainSource.ANNOTATION
+        if state.annotated
+        else DrainSource.DATA_PLANE
+        if not state.data_plane_ready
+        else None
+    )
+    if wanted is state.source:
+        return Transition(state)
+    if wanted is None:
+        ended = replace(state, mode=DriverMode.NORMAL, source=None, started=None)
+        return Transition(ended, mode=DriverMode.NORMAL, events=(DrainEvent("speaker.undrained"),))
+    if state.source is None:
+        return _start(state, wanted, now)
+    event = DrainEvent("speaker.draining", {"window": state.window, "source": str(wanted)})
+    return Transition(replace(state, source=wanted), events=(event,))
+
+
+def initial(window: float, *, data_plane_check: bool) -> Transition:
+    """The state a speaker starts in: with a data-plane check, withdrawn until the check
+    first passes (an unreachable check endpoint is "not ready", and a node that announced
+    nothing yet has nothing to drain)."""
+    state = DrainState(window=window)
+    if not data_plane_check:
+        return Transition(state)
+    held = replace(
+        state, mode=DriverMode.WITHDRAWN, source=DrainSource.DATA_PLANE, data_plane_ready=False
+    )
+    return Transition(held, mode=DriverMode.WITHDRAWN)
+
+
+def data_plane(state: DrainState, ready: bool, now: float) -> Transition:
+    """The node's data-plane check changed its verdict (after its hysteresis)."""
+    if ready is state.data_plane_ready:
+        return Transition(state)
+    state = replace(state, data_plane_ready=ready)
+    if state.stopping:
+        return Transition(state)
+    return _settle(state, now)
+
+
 def request(state: DrainState, now: float) -> Transition:
     """The operator asks for a drain (idempotent)."""
     if state.source is DrainSource.REQUEST:
         return Transition(state)
-    if state.source is DrainSource.ANNOTATION:
-        # An operator's drain outlasts the annotation's: removing it must not undo this.
+    if state.source is not None:
+        # An operator's drain outlasts the others': removing them must not undo this.
         taken = replace(state, source=DrainSource.REQUEST)
         event = DrainEvent("speaker.draining", {"window": state.window, "source": "request"})
         return Transition(taken, events=(event,))
@@ -154,12 +220,9 @@ def annotate(state: DrainState, value: str | None, now: float) -> Transition:
         )
         return Transition(replace(state, bad_annotation=value), events=(event,))
     state = replace(state, bad_annotation=None)
-    if wanted and not state.draining:
-        return _start(state, DrainSource.ANNOTATION, now)
-    if not wanted and state.source is DrainSource.ANNOTATION:
-        ended = replace(state, mode=DriverMode.NORMAL, source=None, started=None)
-        return Transition(ended, mode=DriverMode.NORMAL, events=(DrainEvent("speaker.undrained"),))
-    return Transition(state)
+    if state.source is DrainSource.REQUEST:
+        return Transition(state)
+    return _settle(replace(state, annotated=wanted), now)
 
 
 def tick(state: DrainState, now: float) -> Transition:

@@ -65,6 +65,7 @@ from kbgpd_lab.lab.apicluster import (
     services_table,
 )
 from kbgpd_lab.lab.client import Result
+from kbgpd_lab.lab.healthserver import HEALTHZ_PORT, write_state
 from kbgpd_lab.lab.netns import Netns, NetnsError, process_alive, process_start_time, stop_pid
 from kbgpd_lab.lab.routers import (
     NODE_ASN,
@@ -134,6 +135,9 @@ class LabService:
     policy: str = "Cluster"
     namespace: str = "demo"
     port: int = 80
+    #: spec.healthCheckNodePort of a Local Service (the API's allocation; in file mode
+    #: the lab picks one).
+    health_check_node_port: int | None = None
 
 
 def node_addresses(topo: Topology, i: int) -> list[str]:
@@ -173,11 +177,26 @@ def cluster_dump(
         obj = service_object(svc.name, svc.namespace, policy=svc.policy, families=fams)
         obj["metadata"]["uid"] = f"uid-{svc.namespace}-{svc.name}"
         obj["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in svc.ips]}}
+        if svc.health_check_node_port is not None:
+            obj["spec"]["healthCheckNodePort"] = svc.health_check_node_port
         items.append(obj)
         items += endpoint_slices(
             svc.name, svc.namespace, families=fams, pod_nodes=svc.pod_nodes, port=svc.port
         )
     return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}, sort_keys=False)
+
+
+#: healthCheckNodePorts the lab gives Local Services in file mode (the API allocates its own).
+FILE_HEALTH_CHECK_PORTS = 32100
+
+#: The lab speakers' dataPlaneCheck: quick rounds, so tests see a change within a second.
+DATA_PLANE_CHECK: dict[str, Any] = {
+    "nodeURL": f"http://127.0.0.1:{HEALTHZ_PORT}/healthz",
+    "interval": "200ms",
+    "timeout": "500ms",
+    "failureThreshold": 2,
+    "successThreshold": 2,
+}
 
 
 def speaker_config(
@@ -189,21 +208,31 @@ def speaker_config(
     on_sigterm: str = "withdraw",
     link_bandwidth_per_endpoint: int | None = None,
     max_nodes: int | None = None,
+    data_plane_check: bool = False,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router;
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
-    ``max_nodes`` its fan-out cap (unset: every node announces)."""
+    ``max_nodes`` its fan-out cap (unset: every node announces); with
+    ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
+    stand-in (kbgpd_lab.lab.healthserver)."""
     advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
     if link_bandwidth_per_endpoint is not None:
         advertisement["linkBandwidthPerEndpoint"] = link_bandwidth_per_endpoint
     if max_nodes is not None:
         advertisement["maxNodes"] = max_nodes
+    spec: dict[str, Any] = {
+        "drainWindow": f"{drain_window}s",
+        "listen": True,
+        "onSigterm": on_sigterm,
+    }
+    if data_plane_check:
+        spec["dataPlaneCheck"] = DATA_PLANE_CHECK
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
         manifests.pool("lab", pools),
         manifests.advertisement("lab", **advertisement),
-        manifests.speaker_config(drainWindow=f"{drain_window}s", listen=True, onSigterm=on_sigterm),
+        manifests.speaker_config(**spec),
     ]
     docs += [
         manifests.bgp_peer(
@@ -283,6 +312,10 @@ class _Recorded:
     services: list[dict[str, Any]] = field(default_factory=list)
     #: Extra labels per Node name (file mode), see Lab.set_node_labels.
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The kube-proxy stand-ins (kbgpd_lab.lab.healthserver), with dataPlaneCheck.
+    health_servers: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Per node: what its stand-in is told to answer (Lab.set_proxy_health).
+    proxy: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class Lab:
@@ -332,6 +365,7 @@ class Lab:
         apisim_in_process: bool = True,
         link_bandwidth_per_endpoint: int | None = None,
         bestpath_bandwidth: str | None = None,
+        data_plane_check: bool = False,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -349,6 +383,9 @@ class Lab:
         routes the cap chooses yourself.
         ``ecmp`` is the router's: ``pinned`` keeps each open connection on the node it
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
+        ``data_plane_check`` runs a kube-proxy stand-in per node (healthy; see
+        :meth:`set_proxy_health`) and has the speakers check it (SpeakerConfig
+        dataPlaneCheck).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -400,6 +437,7 @@ class Lab:
                     on_sigterm=on_sigterm,
                     link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
                     max_nodes=max_nodes,
+                    data_plane_check=data_plane_check,
                 )
             )
             if cluster == "api":
@@ -407,6 +445,8 @@ class Lab:
             lab.set_services(services, timeout=wait)
             for i in range(1, nodes + 1):
                 lab._start_server(i)
+                if data_plane_check:
+                    lab._start_health_server(i)
                 lab.start_speaker(i)
             lab.wait_sessions(timeout=wait)
             for svc in lab.services:
@@ -450,6 +490,13 @@ class Lab:
         self.services = list(services)
         if self._rec.cluster == "api":
             self.services = self._apply_api_services(self.services, timeout)
+        else:
+            self.services = [
+                replace(s, health_check_node_port=FILE_HEALTH_CHECK_PORTS + k)
+                if s.policy == "Local" and s.health_check_node_port is None
+                else s
+                for k, s in enumerate(self.services)
+            ]
         ips = {ip for svc in self.services for ip in svc.ips}
         for node in self.topology.nodes:
             have = _lo_addresses(node)
@@ -463,6 +510,8 @@ class Lab:
             self._write_dump(cluster_dump(self.services, nodes, self._rec.node_labels))
         self._rec.services = [asdict(s) for s in self.services]
         self._save()
+        for i in self._rec.health_servers:
+            self._write_proxy_state(int(i))
 
     def set_node_labels(self, i: int, labels: Mapping[str, str]) -> None:
         """Give node I these extra labels (replacing earlier ones) in the cluster dump the
@@ -581,10 +630,11 @@ class Lab:
                 obj = current.get((svc.namespace, svc.name), {})
                 ingress = obj.get("status", {}).get("loadBalancer", {}).get("ingress") or []
                 ips = tuple(i["ip"] for i in ingress if i.get("ip"))
+                hcnp = obj.get("spec", {}).get("healthCheckNodePort")
                 fams = families_of(svc.ips) if svc.ips else ([4, 6] if self.topology.ipv6 else [4])
                 if len(ips) < len(fams):
                     break
-                out.append(replace(svc, ips=ips))
+                out.append(replace(svc, ips=ips, health_check_node_port=hcnp))
             else:
                 return out
             if time.monotonic() > deadline:
@@ -743,18 +793,62 @@ class Lab:
             raise LabError(f"node{i} drain: {out.stderr.strip()}")
 
     def _start_server(self, i: int) -> None:
-        d = self._node_dir(i)
-        log = d / "http.log"
-        log.unlink(missing_ok=True)
         argv = [sys.executable, "-m", "kbgpd_lab.lab.httpserver", "--name", f"node{i}"]
+        self._rec.servers[str(i)] = self._start_ready(i, argv, "http.log", "HTTP server")
+
+    def _start_health_server(self, i: int) -> None:
+        """Node I's kube-proxy stand-in on 127.0.0.1:10256 of its namespace."""
+        self._write_proxy_state(i)
+        state = self._health_state(i)
+        argv = [sys.executable, "-m", "kbgpd_lab.lab.healthserver", "--state", str(state)]
+        self._rec.health_servers[str(i)] = self._start_ready(
+            i, argv, "proxy-health.log", "kube-proxy stand-in"
+        )
+        self._save()
+
+    def _health_state(self, i: int) -> Path:
+        return self._node_dir(i) / "proxy-health.json"
+
+    def set_proxy_health(
+        self, i: int, *, healthy: bool = True, local_endpoints: Mapping[str, int] | None = None
+    ) -> None:
+        """What node I's kube-proxy stand-in answers from now on: /healthz 200 (healthy)
+        or 503; a Local Service's healthCheckNodePort as many local endpoints as the lab
+        put pods on node I, unless ``local_endpoints`` (namespace/name -> count) says
+        otherwise (kube-proxy lagging behind the EndpointSlices)."""
+        self._rec.proxy[str(i)] = {
+            "healthy": healthy,
+            "local_endpoints": dict(local_endpoints or {}),
+        }
+        self._save()
+        self._write_proxy_state(i)
+
+    def _write_proxy_state(self, i: int) -> None:
+        said = self._rec.proxy.get(str(i), {})
+        override: Mapping[str, int] = said.get("local_endpoints", {})
+        services = {
+            f"{s.namespace}/{s.name}": (
+                s.health_check_node_port,
+                override.get(f"{s.namespace}/{s.name}", s.pod_nodes.count(i)),
+            )
+            for s in self.services
+            if s.policy == "Local" and s.health_check_node_port is not None
+        }
+        write_state(self._health_state(i), healthy=said.get("healthy", True), services=services)
+
+    def _start_ready(self, i: int, argv: list[str], log_name: str, what: str) -> dict[str, int]:
+        """Start a server in node I's namespace and wait for its ``ready`` line."""
+        log = self._node_dir(i) / log_name
+        log.unlink(missing_ok=True)
         pid = self._spawn(self.topology.nodes[i - 1], argv, log)
-        self._rec.servers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
+        entry = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
         deadline = time.monotonic() + 10
         while b"ready" not in (log.read_bytes() if log.exists() else b""):
             if time.monotonic() > deadline or not process_alive(pid):
-                raise LabError(f"node{i} HTTP server did not start: {log.read_text()[-500:]}")
+                raise LabError(f"node{i} {what} did not start: {log.read_text()[-500:]}")
             time.sleep(0.01)
+        return entry
 
     def wait_sessions(self, timeout: float = 30) -> None:
         """Every node's session (per family) Established at the router."""
@@ -880,7 +974,8 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
         except (OSError, ValueError, TypeError):
             rec = None
         if rec is not None:
-            for entry in [*rec.speakers.values(), *rec.servers.values(), rec.controller]:
+            servers = [*rec.servers.values(), *rec.health_servers.values()]
+            for entry in [*rec.speakers.values(), *servers, rec.controller]:
                 pid = _alive(entry)
                 if pid is not None:
                     stop_pid(pid, 1.0)
