@@ -171,8 +171,8 @@ class BGPPeer:
     hold_time: int = 90
     #: Seconds; None means hold_time / 3 as RFC 4271 suggests.
     keepalive_time: int | None = None
-    #: Seconds; ExaBGP's connect retry is hard-coded, so this is accepted for MetalLB
-    #: compatibility only where it equals the default (the loader says so otherwise).
+    #: Seconds (MetalLB's connectTime). Kept for explain and status only: ExaBGP's connect
+    #: retry is hard-coded, so the loader accepts it with a warning saying so.
     connect_time: int | None = None
     password: str | None = field(default=None, repr=False)
     password_secret: SecretRef | None = None

@@ -230,6 +230,15 @@ def _families(pool: IPAddressPool) -> set[int]:
     return {r.version for r in pool.addresses}
 
 
+def _selects_every_node(selectors: tuple[LabelSelector, ...]) -> bool:
+    """No nodeSelectors, or one that is empty, selects every node whatever its labels."""
+    return not selectors or any(s == LabelSelector() for s in selectors)
+
+
+def _show_pref(local_pref: int | None) -> str:
+    return "unset" if local_pref is None else str(local_pref)
+
+
 def _check_local_pref(
     advs: Sequence[BGPAdvertisement],
     docs: Sequence[Doc],
@@ -237,7 +246,12 @@ def _check_local_pref(
 ) -> None:
     """MetalLB's BGPAdvertisementsHaveCompatibleLocalPref: two advertisements that can send
     the same prefix to the same peer from the same node must not disagree on local-pref.
-    "Same prefix" means a shared pool and, per family present, equal aggregation length."""
+    "Same prefix" means a shared pool and, per family present, equal aggregation length.
+
+    Refused only when the conflict holds for every set of nodes: both advertisements select
+    every node. When a nodeSelector decides (e.g. one that matches no node today), the
+    configuration is valid, with a warning; on a node both select, decide() sends the higher
+    local-pref (an unset one counts as none), the rule of _Merged.add."""
     for i, a in enumerate(advs):
         for b in advs[:i]:
             if a.local_pref == b.local_pref:
@@ -253,14 +267,23 @@ def _check_local_pref(
                 fam = _families(pool)
                 same4 = 4 in fam and a.aggregation_length == b.aggregation_length
                 same6 = 6 in fam and a.aggregation_length_v6 == b.aggregation_length_v6
-                if same4 or same6:
-                    docs[i].error(
+                if not (same4 or same6):
+                    continue
+                conflict = (
+                    f"{_show_pref(a.local_pref)} conflicts with localPref "
+                    f"{_show_pref(b.local_pref)} of BGPAdvertisement {b.name} for pool {pool.name}"
+                )
+                if _selects_every_node(a.node_selectors) and _selects_every_node(b.node_selectors):
+                    docs[i].error("spec.localPref", f"{conflict} (same prefixes, peers and nodes)")
+                else:
+                    # Whether both select one node depends on the nodes' labels, which
+                    # validate does not know: decide() resolves it per node (_Merged.add).
+                    docs[i].warn(
                         "spec.localPref",
-                        f"{a.local_pref or 'unset'} conflicts with localPref "
-                        f"{b.local_pref or 'unset'} of BGPAdvertisement {b.name} for pool "
-                        f"{pool.name} (same prefixes, peers and nodes)",
+                        f"{conflict} on a node both nodeSelectors match; there the higher "
+                        f"localPref is sent",
                     )
-                    break
+                break
 
 
 def _warn_reach(

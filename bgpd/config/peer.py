@@ -40,13 +40,18 @@ from bgpd.model import (
     SecretRef,
 )
 
+#: MetalLB's BGPPeer dynamicASN values (api/v1beta2): the peer's ASN equals myASN, or
+#: differs from it.
+DYNAMIC_ASN_INTERNAL: Final = "internal"
+DYNAMIC_ASN_EXTERNAL: Final = "external"
+
 #: Linux TCP_MD5SIG_MAXKEYLEN; ExaBGP enforces the same limit.
 MAX_MD5_PASSWORD = 80
 
 
 _PEER_FIELDS: Final = (
     Field("myASN", ref="asn", required=True),
-    Field("peerASN", ref="asn", required=True),
+    Field("peerASN", ref="asn", description="Required unless dynamicASN is internal."),
     Field("peerAddress", ref="ip", required=True),
     Field("peerPort", ref="port", default=179),
     Field("sourceAddress", ref="ip"),
@@ -55,7 +60,8 @@ _PEER_FIELDS: Final = (
     Field(
         "keepaliveTime",
         ref="duration",
-        description="Only holdTime/3 (what ExaBGP sends) is accepted.",
+        description="Accepted; ExaBGP sends keepalives every holdTime/3 whatever the value "
+        "(a warning names that interval when it differs).",
     ),
     Field("password", type="string", max_length=MAX_MD5_PASSWORD, pattern=NO_CONTROL),
     Field(
@@ -73,7 +79,8 @@ _PEER_V1BETA2_ONLY: Final = (
     Field(
         "connectTime",
         ref="duration",
-        description="Refused by the loader: ExaBGP's connect retry is fixed.",
+        description="1s-65535s, accepted with a warning: ExaBGP's connect retry is fixed "
+        "(it backs off up to 60 s).",
     ),
     Field(
         "passwordSecret",
@@ -81,6 +88,13 @@ _PEER_V1BETA2_ONLY: Final = (
         fields=(Field("name", ref="name", required=True), Field("namespace", ref="namespace")),
     ),
     Field("enableGracefulRestart", type="boolean", default=False),
+    Field(
+        "dynamicASN",
+        type="string",
+        enum=(DYNAMIC_ASN_INTERNAL, DYNAMIC_ASN_EXTERNAL),
+        description="internal: the peer's ASN is myASN (set instead of peerASN); "
+        "external is refused by the loader.",
+    ),
 )
 PEER_V1BETA2: Final = KindTable(
     kind="BGPPeer",
@@ -100,10 +114,11 @@ PEER_V1BETA1: Final = KindTable(
     spec=_PEER_FIELDS,
 )
 _PEER_UNSUPPORTED: Final = {
-    "dynamicASN": "kube-bgpd needs an explicit peerASN (an ExaBGP neighbor has one peer-as)",
-    "localASN": "ExaBGP has no local-as replacement; set myASN instead",
-    "interface": "ExaBGP cannot peer over an interface (BGP unnumbered); set peerAddress",
-    "vrf": "kube-bgpd peers only in the default VRF",
+    "localASN": "MetalLB's BGPPeer has no localASN; the local AS is myASN",
+    "interface": "ExaBGP has no BGP unnumbered (it cannot learn the router's link-local "
+    "address from an interface); set peerAddress to an address of the router",
+    "vrf": "kube-bgpd opens every session, chooses its local address and listens in the "
+    "default VRF; peer over an address reachable from the default VRF",
     "disableMP": "kube-bgpd always runs one session per address family",
     "dualStackAddressFamily": "kube-bgpd runs one session per address family; add a BGPPeer "
     "for the other family",
@@ -131,11 +146,15 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
             doc.error("spec.myASN", "must not be 0 (missing local ASN)")
         else:
             my_asn = read_int(doc, "spec.myASN", v, *bounds(definition("asn")))
-    if (v := required("peerASN")) is not MISSING:
-        if v == 0 and not isinstance(v, bool):
-            doc.error("spec.peerASN", "must not be 0 (missing peer ASN)")
-        else:
-            peer_asn = read_int(doc, "spec.peerASN", v, *bounds(definition("asn")))
+    dynamic = f.get("dynamicASN")
+    if dynamic is None:
+        if (v := required("peerASN")) is not MISSING:
+            if v == 0 and not isinstance(v, bool):
+                doc.error("spec.peerASN", "must not be 0 (missing peer ASN)")
+            else:
+                peer_asn = read_int(doc, "spec.peerASN", v, *bounds(definition("asn")))
+    else:
+        peer_asn = _dynamic_asn(doc, dynamic, f.get("peerASN"), my_asn)
     peer_address = None
     if (v := required("peerAddress")) is not MISSING:
         peer_address = read_ip(doc, "spec.peerAddress", v)
@@ -167,12 +186,9 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
 
     hold_time, keepalive = _timers(doc, f)
 
+    connect_time = None
     if "connectTime" in f and f["connectTime"] is not None:
-        doc.error(
-            "spec.connectTime",
-            "not supported: ExaBGP's connect retry is fixed (it backs off up to 60 s); "
-            "set SpeakerConfig spec.listen: true so routers can reconnect at once",
-        )
+        connect_time = _connect_time(doc, f["connectTime"])
 
     password = None
     if "password" in f and f["password"] not in (None, ""):
@@ -234,7 +250,7 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
         router_id=router_id,
         hold_time=hold_time,
         keepalive_time=keepalive,
-        connect_time=None,
+        connect_time=connect_time,
         password=password,
         password_secret=secret,
         password_file=password_file,
@@ -248,8 +264,9 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
 def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     """holdTime and keepaliveTime with MetalLB's rules (parseTimers): either one implies the
     other (hold = 3 x keepalive), hold must be 0 or >= 3 s (RFC 4271 4.2), keepalive must
-    not exceed hold. ExaBGP always sends keepalives every hold/3, so another keepalive
-    cannot be honoured and is refused."""
+    not exceed hold. ExaBGP always sends keepalives every hold/3; another keepalive is
+    accepted with a warning (keepalive_note), since keepalives more often than asked never
+    break a session and fewer (0: none) are not what the hold time needs anyway."""
     hold: int | None = None
     ka: int | None = None
     if f.get("holdTime") is not None:
@@ -279,14 +296,74 @@ def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     if ka is None:
         return hold, None
     if ka > hold:
+        # MetalLB: "invalid keepaliveTime, must be lower than holdTime".
         doc.error("spec.keepaliveTime", f"{ka}s must not be greater than holdTime ({hold}s)")
-    elif ka != hold // 3:
-        doc.error(
-            "spec.keepaliveTime",
-            f"not supported: ExaBGP sends keepalives every holdTime/3 ({hold // 3}s); "
-            f"remove keepaliveTime or set it to {hold // 3}s",
-        )
+    elif (note := keepalive_note(hold, ka)) is not None:
+        doc.warn("spec.keepaliveTime", note)
     return hold, ka
+
+
+def keepalive_note(hold_time: int, keepalive_time: int | None) -> str | None:
+    """What ExaBGP does instead of keepaliveTime, or None when it does just that.
+
+    ExaBGP 5.0 has no keepalive setting: it sends one every holdTime/3 (RFC 4271 4.4's
+    suggestion) and none when the hold time is 0. The loader warns with this text and the
+    renderer repeats it in the speaker's log, so both say the same thing."""
+    if keepalive_time is None or not hold_time or keepalive_time == hold_time // 3:
+        return None
+    return (
+        f"{keepalive_time}s is not what ExaBGP does: it sends keepalives every holdTime/3 "
+        f"({hold_time // 3}s), which is the interval in force"
+    )
+
+
+#: MetalLB's CRD bounds for connectTime (api/v1beta2 XValidation).
+_CONNECT_TIME_RANGE: Final = (1, 65535)
+
+
+def _connect_time(doc: Doc, value: object) -> int | None:
+    """connectTime as MetalLB's CRD validates it, accepted with what happens instead:
+    ExaBGP 5.0 has no connect-retry setting (its retry backs off 0, 1, 2, ... up to 60 s)."""
+    seconds = read_whole_seconds(doc, "spec.connectTime", value)
+    if seconds is None:
+        return None
+    low, high = _CONNECT_TIME_RANGE
+    if not low <= seconds <= high:
+        doc.error("spec.connectTime", f"{show(value)} is out of range ({low}-{high}s)")
+        return None
+    doc.warn(
+        "spec.connectTime",
+        f"{seconds}s is not used: ExaBGP retries a down session after 0, 1, 2, ... up to 60 s "
+        "(its fixed back-off); SpeakerConfig spec.listen: true lets the router reconnect at once",
+    )
+    return seconds
+
+
+def _dynamic_asn(doc: Doc, mode: object, peer_asn: object, my_asn: int | None) -> int | None:
+    """MetalLB's dynamicASN: the peer's ASN without peerASN (mutually exclusive with it).
+
+    `internal` is exact: the peer's ASN must be myASN, so the session is rendered with
+    peer-as = myASN and ExaBGP refuses an OPEN with another ASN, as MetalLB denies it.
+    `external` would need ExaBGP's `peer-as auto`, and ExaBGP 5.0.15 then writes its JSON
+    events with `"peer": None` (reactor/api/response/json.py), which is not JSON: the
+    speaker could no longer read that session's state."""
+    if peer_asn not in (None, 0):
+        doc.error("spec", "peerASN and dynamicASN are mutually exclusive: set one")
+        return None
+    if mode == DYNAMIC_ASN_INTERNAL:
+        return my_asn
+    if mode == DYNAMIC_ASN_EXTERNAL:
+        doc.error(
+            "spec.dynamicASN",
+            "external is not supported: ExaBGP cannot report a session whose peer AS it "
+            "learns; set peerASN to the router's ASN",
+        )
+        return None
+    doc.error(
+        "spec.dynamicASN",
+        f"{show(mode)} must be {DYNAMIC_ASN_INTERNAL} or {DYNAMIC_ASN_EXTERNAL}",
+    )
+    return None
 
 
 def _password(doc: Doc, path: str, value: object) -> str | None:

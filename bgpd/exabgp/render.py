@@ -19,7 +19,8 @@ Rules and why (see shared lab notes, measured on ExaBGP 5.0.15):
   back to the low 32 bits of its IPv6 local address, which RFC 6286 allows as long as it
   is unique in the AS);
 * ExaBGP has no keepalive setting: it sends keepalives at hold-time / 3, which is also
-  RFC 4271's suggestion; another keepalive value yields a warning;
+  RFC 4271's suggestion; another keepalive value yields the loader's warning
+  (bgpd.config.peer.keepalive_note) in the log as well;
 * the MD5 key is written base64-encoded (``md5-base64 true``) so no character of a
   password can break ExaBGP's tokeniser; the file is written mode 0600 by the caller and
   the password never appears in a log or a repr;
@@ -40,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bgpd.attributes import check_command_text
+from bgpd.config.peer import keepalive_note
 from bgpd.exabgp.errors import RenderError
 
 # The socket path and ExaBGP's start generation travel to the helper in the environment
@@ -156,11 +158,8 @@ def _neighbor_block(n: Neighbor) -> tuple[list[str], list[str]]:
         f"    peer-as {p.peer_asn};",
         f"    hold-time {p.hold_time};",
     ]
-    if p.hold_time and p.keepalive_time is not None and p.keepalive_time != p.hold_time // 3:
-        warnings.append(
-            f"BGPPeer {p.name}: keepaliveTime {p.keepalive_time}s is not supported by ExaBGP, "
-            f"which sends keepalives every holdTime/3 = {p.hold_time // 3}s"
-        )
+    if (note := keepalive_note(p.hold_time, p.keepalive_time)) is not None:
+        warnings.append(f"BGPPeer {p.name}: keepaliveTime {note}")
     if p.peer_port != 179:
         lines.append(f"    connect {p.peer_port};")
     if not p.is_ibgp:

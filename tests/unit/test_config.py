@@ -147,21 +147,17 @@ BAD: list[Any] = [
         id="keepalive-over-hold",
     ),
     pytest.param(
-        [peer(holdTime="90s", keepaliveTime="10s")],
-        [
-            "BGPPeer tor-a: spec.keepaliveTime: not supported: ExaBGP sends keepalives every "
-            "holdTime/3 (30s); remove keepaliveTime or set it to 30s"
-        ],
-        id="keepalive-not-third",
+        [peer(connectTime="0s")],
+        ["BGPPeer tor-a: spec.connectTime: '0s' is out of range (1-65535s)"],
+        id="connect-time-zero",
     ),
     pytest.param(
-        [peer(connectTime="10s")],
+        [peer(connectTime="1500ms")],
         [
-            "BGPPeer tor-a: spec.connectTime: not supported: ExaBGP's connect retry is fixed "
-            "(it backs off up to 60 s); set SpeakerConfig spec.listen: true so routers can "
-            "reconnect at once"
+            "BGPPeer tor-a: spec.connectTime: '1500ms': must be a whole number of seconds "
+            "(BGP timers are)"
         ],
-        id="connect-time",
+        id="connect-time-fraction",
     ),
     # ---- passwords
     pytest.param(
@@ -225,11 +221,13 @@ BAD: list[Any] = [
     pytest.param(
         [peer(vrf="red", dynamicASN="external", interface="eth0")],
         [
-            "BGPPeer tor-a: spec.vrf: not supported: kube-bgpd peers only in the default VRF",
-            "BGPPeer tor-a: spec.dynamicASN: not supported: kube-bgpd needs an explicit "
-            "peerASN (an ExaBGP neighbor has one peer-as)",
-            "BGPPeer tor-a: spec.interface: not supported: ExaBGP cannot peer over an "
-            "interface (BGP unnumbered); set peerAddress",
+            "BGPPeer tor-a: spec.vrf: not supported: kube-bgpd opens every session, chooses "
+            "its local address and listens in the default VRF; peer over an address reachable "
+            "from the default VRF",
+            "BGPPeer tor-a: spec.interface: not supported: ExaBGP has no BGP unnumbered (it "
+            "cannot learn the router's link-local address from an interface); set peerAddress "
+            "to an address of the router",
+            "BGPPeer tor-a: spec: peerASN and dynamicASN are mutually exclusive: set one",
         ],
         id="peer-unsupported-fields",
     ),
@@ -240,8 +238,8 @@ BAD: list[Any] = [
             "per address family",
             "BGPPeer tor-a: spec.dualStackAddressFamily: not supported: kube-bgpd runs one "
             "session per address family; add a BGPPeer for the other family",
-            "BGPPeer tor-a: spec.localASN: not supported: ExaBGP has no local-as replacement; "
-            "set myASN instead",
+            "BGPPeer tor-a: spec.localASN: not supported: MetalLB's BGPPeer has no localASN; "
+            "the local AS is myASN",
         ],
         id="peer-unsupported-mp",
     ),
@@ -489,14 +487,14 @@ BAD: list[Any] = [
     pytest.param(
         [
             pool(),
-            adv("a", localPref=100, nodeSelectors=[{"matchLabels": {"rack": "r1"}}]),
-            adv("b", localPref=200, nodeSelectors=[{"matchLabels": {"zone": "z1"}}]),
+            adv("a", localPref=100),
+            adv("b", localPref=200, nodeSelectors=[{}]),
         ],
         [
             "BGPAdvertisement b: spec.localPref: 200 conflicts with localPref 100 of "
             "BGPAdvertisement a for pool pool-a (same prefixes, peers and nodes)"
         ],
-        id="local-pref-conflict",
+        id="local-pref-conflict-on-every-node",
     ),
     # ---- Community and BFDProfile
     pytest.param(
