@@ -145,6 +145,9 @@ class AllocationResult:
     failures: Mapping[ServiceKey, AllocationFailure] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Why the IPs in a Service's status were not kept (the Service was allocated afresh,
+    #: or failed), for people: explain --allocation shows it.
+    released: Mapping[ServiceKey, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class _Failed(Exception):
@@ -248,6 +251,10 @@ def _request(service: Service) -> _Request:
 
 def _family_name(families: Iterable[int]) -> str:
     return " and ".join(f"IPv{f}" for f in families)
+
+
+def _ips_text(ips: Iterable[IPAddress]) -> str:
+    return ", ".join(map(str, ips))
 
 
 # --------------------------------------------------------------------------- pools
@@ -418,25 +425,34 @@ def ingress_order(ips: Iterable[IPAddress]) -> tuple[IPAddress, ...]:
 
 def _keep_current(
     state: _State, req: _Request, service: Service, namespaces: Mapping[str, Namespace]
-) -> Assignment | None:
-    """The Service's current IPs when they are all still valid, else None."""
+) -> Assignment | str | None:
+    """The Service's current IPs when they are all still valid; else why not (None when
+    it holds no IP)."""
     current = tuple(dict.fromkeys(service.ingress_ips))
-    if not current or len(current) > 2 or len({ip.version for ip in current}) != len(current):
+    if not current:
         return None
+    if len(current) > 2 or len({ip.version for ip in current}) != len(current):
+        return "the status holds more than one address of a family"
     versions = {ip.version for ip in current}
     if not versions <= set(req.families):
-        return None
+        held = _family_name(sorted(versions))
+        return f"the status holds {held} addresses but the Service is {_family_name(req.families)}"
     if len(current) < len(req.families) and not req.prefer_dual:
-        return None
+        wanted = _family_name(req.families)
+        return f"the status lacks an address of each family; the Service is {wanted}"
     pool = state.pool_of_all(current)
-    if pool is None or not pool_admits(pool, service, namespaces):
-        return None
+    if pool is None:
+        return "not in one IPAddressPool (or a .0/.255 address its pool avoids)"
+    if not pool_admits(pool, service, namespaces):
+        return f"pool {pool.name}'s serviceAllocation does not admit this Service"
     if req.pool is not None and pool.name != req.pool:
-        return None
+        return f"from pool {pool.name}, but the Service asks for pool {req.pool}"
     if req.requested_ips and set(req.requested_ips) != set(current):
-        return None
-    if any(state.conflict(req, ip) is not None for ip in current):
-        return None
+        return f"the Service requests {_ips_text(req.requested_ips)}"
+    for ip in current:
+        problem = state.conflict(req, ip)
+        if problem is not None:
+            return problem[1]
     # The status's own order: a valid status is never rewritten (see ingress_order).
     return Assignment(req.key, current, pool.name, req.terms)
 
@@ -465,13 +481,13 @@ def _assign_requested(
     if not (versions == set(req.families) or (req.prefer_dual and versions <= set(req.families))):
         raise _Failed(
             FailureReason.IP_FAMILY_MISMATCH,
-            f"requested {', '.join(map(str, ips))} but the Service is {_family_name(req.families)}",
+            f"requested {_ips_text(ips)} but the Service is {_family_name(req.families)}",
         )
     pool = state.pool_of_all(ips)
     if pool is None:
         raise _Failed(
             FailureReason.REQUESTED_IP_NOT_IN_POOL,
-            f"requested {', '.join(map(str, ips))} is not in one IPAddressPool"
+            f"requested {_ips_text(ips)} is not in one IPAddressPool"
             + (" (or is a .0/.255 address its pool avoids)" if any(map(_buggy, ips)) else ""),
         )
     if not pool_admits(pool, service, namespaces):
@@ -482,7 +498,7 @@ def _assign_requested(
     if req.pool is not None and pool.name != req.pool:
         raise _Failed(
             FailureReason.REQUESTED_IP_NOT_IN_REQUESTED_POOL,
-            f"requested {', '.join(map(str, ips))} is in pool {pool.name}, not in the "
+            f"requested {_ips_text(ips)} is in pool {pool.name}, not in the "
             f"requested pool {req.pool}",
         )
     for ip in ips:
@@ -658,6 +674,7 @@ def allocate(
     assignments: dict[ServiceKey, Assignment] = {}
     failures: dict[ServiceKey, AllocationFailure] = {}
     requests: dict[ServiceKey, _Request] = {}
+    released: dict[ServiceKey, str] = {}
     pending: list[Service] = []
     # Pass 1: every Service that holds valid IPs keeps them before anything new is
     # handed out, so no Service (not even one processed earlier) can take an address
@@ -670,7 +687,9 @@ def allocate(
             continue
         req = requests[service.key] = parsed_req
         kept = _keep_current(state, req, service, namespaces)
-        if kept is None:
+        if not isinstance(kept, Assignment):
+            if kept is not None:
+                released[service.key] = f"{_ips_text(service.ingress_ips)}: {kept}"
             pending.append(service)
             continue
         state.take(req, kept.ips)
@@ -691,6 +710,7 @@ def allocate(
     return AllocationResult(
         assignments=MappingProxyType(dict(sorted(assignments.items()))),
         failures=MappingProxyType(dict(sorted(failures.items()))),
+        released=MappingProxyType(dict(sorted(released.items()))),
     )
 
 

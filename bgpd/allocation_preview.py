@@ -68,7 +68,16 @@ def preview(config: Config, snapshot: ClusterSnapshot) -> list[ServicePreview]:
                 outcome = Outcome.KEPT
             else:
                 outcome = Outcome.CHANGED if current else Outcome.ASSIGNED
-            out.append(ServicePreview(key, outcome, current, assignment.ips, assignment.pool))
+            out.append(
+                ServicePreview(
+                    key,
+                    outcome,
+                    current,
+                    assignment.ips,
+                    assignment.pool,
+                    detail=result.released.get(key, ""),
+                )
+            )
         elif failure is not None:
             out.append(
                 ServicePreview(
@@ -77,7 +86,7 @@ def preview(config: Config, snapshot: ClusterSnapshot) -> list[ServicePreview]:
                     current,
                     (),
                     reason=failure.reason.value,
-                    detail=failure.message,
+                    detail="; ".join(filter(None, (result.released.get(key), failure.message))),
                 )
             )
         elif not is_our_load_balancer(svc, ours):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from clusterkit import cluster, config, pool, svc
 
-from bgpd.allocation import ANNOTATION_ALLOW_SHARED_IP
+from bgpd.allocation import ANNOTATION_ADDRESS_POOL, ANNOTATION_ALLOW_SHARED_IP
 from bgpd.allocation_preview import Outcome, preview, preview_json, preview_table
 from bgpd.model import Service, SpeakerConfig
 
@@ -92,6 +92,43 @@ def test_outcome(
     services: list[Service], lb_class: str | None, expected: list[tuple[str, ...]]
 ) -> None:
     assert outcomes(services, lb_class=lb_class) == expected
+
+
+@pytest.mark.parametrize(
+    ("service", "detail"),
+    [
+        pytest.param(
+            svc("ns/a", "203.0.113.9"),
+            "203.0.113.9: not in one IPAddressPool (or a .0/.255 address its pool avoids)",
+            id="outside-every-pool",
+        ),
+        pytest.param(
+            svc("ns/a", "2001:db8:100::1"),
+            "2001:db8:100::1: the status holds IPv6 addresses but the Service is IPv4",
+            id="wrong-family",
+        ),
+        pytest.param(
+            svc("ns/a", "198.51.100.1", load_balancer_ip="198.51.100.2"),
+            "198.51.100.1: the Service requests 198.51.100.2",
+            id="request-changed",
+        ),
+        pytest.param(
+            svc("ns/a", "198.51.100.1", annotations={ANNOTATION_ADDRESS_POOL: "dual"}),
+            "198.51.100.1: from pool p, but the Service asks for pool dual",
+            id="pool-changed",
+        ),
+        pytest.param(
+            svc("ns/a", "203.0.113.9", annotations={ANNOTATION_ADDRESS_POOL: "nope"}),
+            "203.0.113.9: not in one IPAddressPool (or a .0/.255 address its pool avoids); "
+            "no IPAddressPool named 'nope'",
+            id="failed-says-both",
+        ),
+    ],
+)
+def test_detail_says_why_the_status_is_not_kept(service: Service, detail: str) -> None:
+    cfg = config(pools=[P, pool("dual", "198.51.100.4/30", "2001:db8:100::/126")])
+    (entry,) = preview(cfg, cluster([service], [], []))
+    assert entry.detail == detail
 
 
 def test_json_and_table_say_the_same() -> None:
