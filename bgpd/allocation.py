@@ -42,17 +42,28 @@ internal/allocator/allocator.go), which users of MetalLB-style config expect:
   kube-proxy would send one Service's traffic to nodes without the other's pods).
   An IP already shared under the key is taken when it is the lowest acceptable address.
 
-Order: first every Service that holds still-valid IPs keeps them (by namespace/name,
-which settles two holders of one IP that may not share it), then PreferDualStack holders
-get their second family, then the rest are allocated, Services that had IPs first, each
-group by namespace/name. The result does not depend on input order, and feeding it
-back (as the next run reads it from status) changes nothing.
+* Dual-stack ingress: IPv4 first for IPs handed out (as MetalLB writes it); kept IPs
+  keep the status's order, so a valid status is never rewritten.
+
+Order, which is what makes allocation stable:
+1. Every Service that holds still-valid IPs keeps them. Two holders of one IP that may
+   no longer share it (one changed its sharing key, ports, or backend): the incumbent
+   keeps it, i.e. the one whose sharing terms did not change since the previous run
+   (`previous`); MetalLB re-checks only the edited Service, with the same effect. A
+   Service that did not change never loses or changes its IP because another one did.
+   Without a previous run, namespace/name order settles it.
+2. Services that request IPs (spec.loadBalancerIP, metallb.io/loadBalancerIPs), so an
+   automatic choice never takes a requested address while another one is free.
+3. PreferDualStack holders get their second family.
+4. The rest, automatically: Services that had IPs first, each group by namespace/name.
+The result does not depend on input order, and feeding it back (as the next run reads
+it from status, with the result as `previous`) changes nothing.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -97,11 +108,26 @@ class FailureReason(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class SharingTerms:
+    """What decides whether a Service may share an IP with another (MetalLB's sharing
+    key, backend key and ports). Recorded with each assignment, so that the next run
+    can tell which of two Services that shared an IP is the one that changed."""
+
+    key: str
+    #: Empty for externalTrafficPolicy Cluster; the pod selector as text for Local.
+    backend: str
+    ports: frozenset[tuple[str, int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Assignment:
     service: ServiceKey
-    #: Primary family first (spec.ipFamilies order), at most one address per family.
+    #: At most one address per family: IPv4 first when handed out now (ingress_order),
+    #: in the status's order when kept.
     ips: tuple[IPAddress, ...]
     pool: PoolName
+    #: The sharing terms the IPs are held under (None only in hand-made results).
+    terms: SharingTerms | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +145,9 @@ class AllocationResult:
     failures: Mapping[ServiceKey, AllocationFailure] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    #: Why the IPs in a Service's status were not kept (the Service was allocated afresh,
+    #: or failed), for people: explain --allocation shows it.
+    released: Mapping[ServiceKey, str] = field(default_factory=lambda: MappingProxyType({}))
 
 
 class _Failed(Exception):
@@ -153,6 +182,10 @@ class _Request:
     sharing: str
     backend: str
     ports: frozenset[tuple[str, int]]
+
+    @property
+    def terms(self) -> SharingTerms:
+        return SharingTerms(self.sharing, self.backend, self.ports)
 
 
 def _family(name: str) -> int:
@@ -218,6 +251,10 @@ def _request(service: Service) -> _Request:
 
 def _family_name(families: Iterable[int]) -> str:
     return " and ".join(f"IPv{f}" for f in families)
+
+
+def _ips_text(ips: Iterable[IPAddress]) -> str:
+    return ", ".join(map(str, ips))
 
 
 # --------------------------------------------------------------------------- pools
@@ -378,33 +415,46 @@ class _State:
 # --------------------------------------------------------------------------- steps
 
 
-def _order(ips: Iterable[IPAddress], families: tuple[int, ...]) -> tuple[IPAddress, ...]:
-    rank = {f: i for i, f in enumerate(families)}
-    return tuple(sorted(ips, key=lambda ip: rank.get(ip.version, 9)))
+def ingress_order(ips: Iterable[IPAddress]) -> tuple[IPAddress, ...]:
+    """IPv4 first, the order MetalLB writes a dual-stack ingress in (its pools list their
+    IPv4 ranges first), whatever spec.ipFamilies says: a takeover from MetalLB then
+    writes what MetalLB wrote, and readers of ingress[0] see no change. Only for IPs
+    handed out now; IPs kept from the status keep the status's order."""
+    return tuple(sorted(ips, key=lambda ip: ip.version))
 
 
 def _keep_current(
     state: _State, req: _Request, service: Service, namespaces: Mapping[str, Namespace]
-) -> Assignment | None:
-    """The Service's current IPs when they are all still valid, else None."""
+) -> Assignment | str | None:
+    """The Service's current IPs when they are all still valid; else why not (None when
+    it holds no IP)."""
     current = tuple(dict.fromkeys(service.ingress_ips))
-    if not current or len(current) > 2 or len({ip.version for ip in current}) != len(current):
+    if not current:
         return None
+    if len(current) > 2 or len({ip.version for ip in current}) != len(current):
+        return "the status holds more than one address of a family"
     versions = {ip.version for ip in current}
     if not versions <= set(req.families):
-        return None
+        held = _family_name(sorted(versions))
+        return f"the status holds {held} addresses but the Service is {_family_name(req.families)}"
     if len(current) < len(req.families) and not req.prefer_dual:
-        return None
+        wanted = _family_name(req.families)
+        return f"the status lacks an address of each family; the Service is {wanted}"
     pool = state.pool_of_all(current)
-    if pool is None or not pool_admits(pool, service, namespaces):
-        return None
+    if pool is None:
+        return "not in one IPAddressPool (or a .0/.255 address its pool avoids)"
+    if not pool_admits(pool, service, namespaces):
+        return f"pool {pool.name}'s serviceAllocation does not admit this Service"
     if req.pool is not None and pool.name != req.pool:
-        return None
+        return f"from pool {pool.name}, but the Service asks for pool {req.pool}"
     if req.requested_ips and set(req.requested_ips) != set(current):
-        return None
-    if any(state.conflict(req, ip) is not None for ip in current):
-        return None
-    return Assignment(req.key, _order(current, req.families), pool.name)
+        return f"the Service requests {_ips_text(req.requested_ips)}"
+    for ip in current:
+        problem = state.conflict(req, ip)
+        if problem is not None:
+            return problem[1]
+    # The status's own order: a valid status is never rewritten (see ingress_order).
+    return Assignment(req.key, current, pool.name, req.terms)
 
 
 def _add_family(state: _State, req: _Request, kept: Assignment) -> Assignment:
@@ -416,11 +466,11 @@ def _add_family(state: _State, req: _Request, kept: Assignment) -> Assignment:
         return kept
     pool = state.config.pool(kept.pool)
     assert pool is not None  # kept.pool came from config.pools
-    (missing,) = set(req.families) - {kept.ips[0].version}
+    (missing,) = set(req.families) - {ip.version for ip in kept.ips}
     extra = state.lowest(pool, req, missing)
     if extra is None:
         return kept
-    return Assignment(req.key, _order((*kept.ips, extra), req.families), kept.pool)
+    return Assignment(req.key, ingress_order((*kept.ips, extra)), kept.pool, req.terms)
 
 
 def _assign_requested(
@@ -431,13 +481,13 @@ def _assign_requested(
     if not (versions == set(req.families) or (req.prefer_dual and versions <= set(req.families))):
         raise _Failed(
             FailureReason.IP_FAMILY_MISMATCH,
-            f"requested {', '.join(map(str, ips))} but the Service is {_family_name(req.families)}",
+            f"requested {_ips_text(ips)} but the Service is {_family_name(req.families)}",
         )
     pool = state.pool_of_all(ips)
     if pool is None:
         raise _Failed(
             FailureReason.REQUESTED_IP_NOT_IN_POOL,
-            f"requested {', '.join(map(str, ips))} is not in one IPAddressPool"
+            f"requested {_ips_text(ips)} is not in one IPAddressPool"
             + (" (or is a .0/.255 address its pool avoids)" if any(map(_buggy, ips)) else ""),
         )
     if not pool_admits(pool, service, namespaces):
@@ -448,14 +498,14 @@ def _assign_requested(
     if req.pool is not None and pool.name != req.pool:
         raise _Failed(
             FailureReason.REQUESTED_IP_NOT_IN_REQUESTED_POOL,
-            f"requested {', '.join(map(str, ips))} is in pool {pool.name}, not in the "
+            f"requested {_ips_text(ips)} is in pool {pool.name}, not in the "
             f"requested pool {req.pool}",
         )
     for ip in ips:
         problem = state.conflict(req, ip)
         if problem is not None:
             raise _Failed(*problem)
-    return Assignment(req.key, _order(ips, req.families), pool.name)
+    return Assignment(req.key, ingress_order(ips), pool.name, req.terms)
 
 
 def _from_pool(state: _State, req: _Request, pool: IPAddressPool) -> dict[int, IPAddress]:
@@ -479,7 +529,7 @@ def _choose(
     for pool in pools:
         found = _from_pool(state, req, pool)
         if len(found) == len(req.families):
-            return pool, tuple(found[f] for f in req.families)
+            return pool, ingress_order(found.values())
         if req.prefer_dual:
             for family, ip in found.items():
                 fallback.setdefault(family, (pool, ip))
@@ -518,7 +568,7 @@ def _allocate_one(
         chosen = _choose(state, req, [pool])
         if chosen is None:
             raise _Failed(FailureReason.POOL_EXHAUSTED, f"pool {pool.name} has no free address")
-        return Assignment(req.key, chosen[1], pool.name)
+        return Assignment(req.key, chosen[1], pool.name, req.terms)
 
     indexed = list(enumerate(config.pools))
     pinned = [
@@ -538,7 +588,7 @@ def _allocate_one(
     for candidates in (pinned, general):
         chosen = _choose(state, req, candidates)
         if chosen is not None:
-            return Assignment(req.key, chosen[1], chosen[0].name)
+            return Assignment(req.key, chosen[1], chosen[0].name, req.terms)
     usable = [p for p in pinned + general if _has_families(p, req)]
     if not usable:
         raise _Failed(
@@ -555,42 +605,16 @@ def _allocate_one(
 # --------------------------------------------------------------------------- allocate
 
 
-def allocate(
-    config: Config, services: Iterable[Service], namespaces: Mapping[str, Namespace]
-) -> AllocationResult:
-    """Assign addresses to every LoadBalancer Service of ours. Services of other types
-    or classes appear in neither map; the controller clears status it had set on them."""
-    ours = sorted(
-        (s for s in services if is_our_load_balancer(s, config.speaker.load_balancer_class)),
-        key=lambda s: (not s.ingress_ips, s.key),
-    )
-    state = _State(config)
-    assignments: dict[ServiceKey, Assignment] = {}
-    failures: dict[ServiceKey, AllocationFailure] = {}
-    requests: dict[ServiceKey, _Request] = {}
-    pending: list[Service] = []
-    # Pass 1: every Service that holds valid IPs keeps them before anything new is
-    # handed out, so no Service (not even one processed earlier) can take an address
-    # that a later one holds; that is what makes feeding a result back a no-op.
-    for service in ours:
-        try:
-            req = requests[service.key] = _request(service)
-        except _Failed as failed:
-            failures[service.key] = AllocationFailure(service.key, failed.reason, failed.message)
-            continue
-        kept = _keep_current(state, req, service, namespaces)
-        if kept is None:
-            pending.append(service)
-            continue
-        state.take(req, kept.ips)
-        assignments[service.key] = kept
-    # Pass 2: the second family for PreferDualStack holders, then new allocations.
-    for key, kept in list(assignments.items()):
-        grown = _add_family(state, requests[key], kept)
-        if grown is not kept:
-            state.take(requests[key], [ip for ip in grown.ips if ip not in kept.ips])
-            assignments[key] = grown
-    for service in pending:
+def _allocate_all(
+    state: _State,
+    services: list[Service],
+    requests: Mapping[ServiceKey, _Request],
+    namespaces: Mapping[str, Namespace],
+    assignments: dict[ServiceKey, Assignment],
+    failures: dict[ServiceKey, AllocationFailure],
+) -> None:
+    """Allocate afresh to `services`, in order, recording each outcome."""
+    for service in services:
         req = requests[service.key]
         try:
             assignment = _allocate_one(state, req, service, namespaces)
@@ -599,9 +623,94 @@ def allocate(
             continue
         state.take(req, assignment.ips)
         assignments[service.key] = assignment
+
+
+def _incumbency(previous: AllocationResult | None) -> Callable[[_Request], int]:
+    """Rank of a holder in pass 1 (lower keeps first): 0 if the previous run assigned
+    it under the same sharing terms, 2 if under other terms (it changed), 1 if unknown
+    (new to us, or no previous run: then namespace/name order decides)."""
+    held = previous.assignments if previous is not None else {}
+
+    def rank(req: _Request) -> int:
+        before = held.get(req.key)
+        if before is None or before.terms is None:
+            return 1
+        return 0 if before.terms == req.terms else 2
+
+    return rank
+
+
+def allocate(
+    config: Config,
+    services: Iterable[Service],
+    namespaces: Mapping[str, Namespace],
+    previous: AllocationResult | None = None,
+) -> AllocationResult:
+    """Assign addresses to every LoadBalancer Service of ours. Services of other types
+    or classes appear in neither map; the controller clears status it had set on them.
+
+    `previous` is the result of the run before (the controller keeps it): when two
+    Services that shared an IP can no longer share it, the one whose sharing terms did
+    not change since keeps it (the incumbent), as in MetalLB where only the edited
+    Service is re-checked. Without it, namespace/name order decides."""
+    rank = _incumbency(previous)
+    parsed: list[tuple[Service, _Request | _Failed]] = []
+    for service in services:
+        if not is_our_load_balancer(service, config.speaker.load_balancer_class):
+            continue
+        try:
+            parsed.append((service, _request(service)))
+        except _Failed as failed:
+            parsed.append((service, failed))
+    # Holders first; among them the incumbents (unchanged terms) before the changed.
+    parsed.sort(
+        key=lambda sr: (
+            not sr[0].ingress_ips,
+            rank(sr[1]) if isinstance(sr[1], _Request) else 1,
+            sr[0].key,
+        )
+    )
+    state = _State(config)
+    assignments: dict[ServiceKey, Assignment] = {}
+    failures: dict[ServiceKey, AllocationFailure] = {}
+    requests: dict[ServiceKey, _Request] = {}
+    released: dict[ServiceKey, str] = {}
+    pending: list[Service] = []
+    # Pass 1: every Service that holds valid IPs keeps them before anything new is
+    # handed out, so no Service (not even one processed earlier) can take an address
+    # that a later one holds; that is what makes feeding a result back a no-op.
+    for service, parsed_req in parsed:
+        if isinstance(parsed_req, _Failed):
+            failures[service.key] = AllocationFailure(
+                service.key, parsed_req.reason, parsed_req.message
+            )
+            continue
+        req = requests[service.key] = parsed_req
+        kept = _keep_current(state, req, service, namespaces)
+        if not isinstance(kept, Assignment):
+            if kept is not None:
+                released[service.key] = f"{_ips_text(service.ingress_ips)}: {kept}"
+            pending.append(service)
+            continue
+        state.take(req, kept.ips)
+        assignments[service.key] = kept
+    # Pass 2: Services that request IPs, so that no automatic choice takes a requested
+    # address while another one is free (MetalLB settles this by event order, which can
+    # go either way); then the second family for PreferDualStack holders; then the
+    # automatic allocations, Services that had IPs first, each group by namespace/name.
+    requested = [s for s in pending if requests[s.key].requested_ips]
+    automatic = [s for s in pending if not requests[s.key].requested_ips]
+    _allocate_all(state, requested, requests, namespaces, assignments, failures)
+    for key, kept in list(assignments.items()):
+        grown = _add_family(state, requests[key], kept)
+        if grown is not kept:
+            state.take(requests[key], [ip for ip in grown.ips if ip not in kept.ips])
+            assignments[key] = grown
+    _allocate_all(state, automatic, requests, namespaces, assignments, failures)
     return AllocationResult(
         assignments=MappingProxyType(dict(sorted(assignments.items()))),
         failures=MappingProxyType(dict(sorted(failures.items()))),
+        released=MappingProxyType(dict(sorted(released.items()))),
     )
 
 

@@ -346,7 +346,9 @@ class Controller:
         """One round; False if some write failed in a way worth retrying."""
         started = time.monotonic()
         services = self._overlay(snapshot)
-        result = allocate(self.config, services, snapshot.namespaces)
+        # The last result tells allocate() which Services are the incumbents of a shared
+        # IP when sharing breaks (a new leader starts without it: name order decides).
+        result = allocate(self.config, services, snapshot.namespaces, self.last_result)
         self.last_result = result
         writes, self._reported = cluster_writes(
             services, result, self.config.speaker.load_balancer_class, self._reported

@@ -550,8 +550,12 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
                 Skip(
                     key,
                     SkipReason.NOT_OUR_CLASS,
-                    detail=f"loadBalancerClass {svc.load_balancer_class}; this speaker serves "
-                    f"{serves}",
+                    detail=(
+                        f"loadBalancerClass {svc.load_balancer_class}"
+                        if svc.load_balancer_class is not None
+                        else "no loadBalancerClass"
+                    )
+                    + f"; this speaker serves {serves}",
                 ),
             )
         )

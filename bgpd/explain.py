@@ -170,7 +170,8 @@ def explain_json(
     return objects
 
 
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str) -> list[str]:
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str) -> list[str]:
+    """Left-aligned columns, as wide as their widest cell (every table of explain)."""
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     return [
         (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
@@ -232,7 +233,7 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
                 ]
                 for key, r in routes
             ]
-            lines += _table(
+            lines += table_lines(
                 ("SERVICE", "PREFIX", "PEER", "COMMUNITIES", "LOCAL-PREF", "MED"), rows, "  "
             )
         if skipped:
@@ -241,9 +242,9 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
                 [s.service, s.reason.value, "-" if s.ip is None else str(s.ip), s.detail]
                 for s in skipped
             ]
-            lines += _table(("SERVICE", "REASON", "IP", "DETAIL"), rows, "  ")
+            lines += table_lines(("SERVICE", "REASON", "IP", "DETAIL"), rows, "  ")
         if d.peers_skipped:
             lines.append("  no session (no route goes to these peers):")
             rows = [[p.peer, p.reason.value, p.detail] for p in d.peers_skipped]
-            lines += _table(("PEER", "REASON", "DETAIL"), rows, "  ")
+            lines += table_lines(("PEER", "REASON", "DETAIL"), rows, "  ")
     return "\n".join(lines) + "\n" if lines else ""

@@ -451,10 +451,10 @@ def parse_dump(text: str) -> ClusterDump:
 
 def is_our_load_balancer(service: Service, load_balancer_class: str | None) -> bool:
     """Whether this installation handles a Service: type LoadBalancer, and
-    spec.loadBalancerClass unset or equal to the class we serve (KEP-1959: an
-    implementation must ignore Services of another class; MetalLB's `--lb-class`).
-    With no class configured only Services without a class are ours. The decision
-    and the allocator both use this one rule, so they never disagree."""
-    return service.type == "LoadBalancer" and (
-        service.load_balancer_class is None or service.load_balancer_class == load_balancer_class
-    )
+    spec.loadBalancerClass equal to the class we serve, where unset on both sides is
+    equal. With a class configured, a Service without a class is NOT ours: KEP-1959
+    gives class-less Services to the cluster's default implementation, and MetalLB's
+    `--lb-class` handles "only services whose spec.loadBalancerClass matches"; else two
+    implementations would write the same status. The decision and the allocator both
+    use this one rule, so they never disagree."""
+    return service.type == "LoadBalancer" and service.load_balancer_class == load_balancer_class

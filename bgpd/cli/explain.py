@@ -5,6 +5,10 @@ cluster dump (`kubectl get services,endpointslices,nodes -A -o yaml` or `-o json
 With ``--from-speaker`` it answers from the running speaker instead (its last applied
 decision, read from GET /status on --metrics-address), through the same rendering.
 
+With ``--allocation`` it previews the controller instead: what allocate() would write to
+each LoadBalancer Service of the dump (kept, assigned, changed, failed and why), so a
+migration can be checked before the controllers are switched (bgpd.allocation_preview).
+
 Only reads files (or the speaker's status) and prints; no cluster access, no ExaBGP.
 stdout carries the answer (the table, or the JSON contract in docs/cli.md); warnings and
 errors go to stderr so a script can pipe the JSON. Exit codes: 0 answered, 1 bad config
@@ -19,7 +23,7 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from bgpd.model import ServiceKey
+    from bgpd.model import ClusterSnapshot, Config, ServiceKey
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -39,6 +43,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="ask the running speaker at --metrics-address (default 127.0.0.1:7473) for "
         "its last decision instead of computing one from a dump (no --config needed)",
+    )
+    parser.add_argument(
+        "--allocation",
+        action="store_true",
+        help="preview the controller: the IPs it would write to each LoadBalancer Service "
+        "of the dump, and why not (needs --config and --cluster; Services and Namespaces "
+        "suffice)",
     )
     parser.add_argument(
         "--timeout",
@@ -93,6 +104,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
             return EXIT_USAGE
         service = ServiceKey(args.service)
     if args.from_speaker:
+        if args.allocation:
+            print(f"{prog}: --allocation previews from a dump, not --from-speaker", file=err)
+            return EXIT_USAGE
         return _from_speaker(args, service, out, err)
     if not args.config:
         print(f"{prog}: no config file given (--config FILE)", file=err)
@@ -118,6 +132,15 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         print(f"{prog}: {args.cluster}: {exc}", file=err)
         return EXIT_INVALID
 
+    if service is not None:
+        found = snapshot.services.get(service)
+        if found is None:
+            print(f"warning: Service {service} is not in {args.cluster}", file=err)
+        elif found.type != "LoadBalancer":
+            print(f"warning: Service {service} is of type {found.type}, not LoadBalancer", file=err)
+    if args.allocation:
+        return _allocation(args, result.config, snapshot, service, out, err)
+
     nodes = [NodeName(n) for n in dict.fromkeys(args.node)] or sorted(snapshot.nodes)
     if not nodes:
         print(f"{prog}: {args.cluster} holds no Node; name one with --node", file=err)
@@ -127,12 +150,6 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
     for n in nodes:
         if n not in snapshot.nodes:
             print(f"warning: node {n} is not in {args.cluster}", file=err)
-    if service is not None:
-        found = snapshot.services.get(service)
-        if found is None:
-            print(f"warning: Service {service} is not in {args.cluster}", file=err)
-        elif found.type != "LoadBalancer":
-            print(f"warning: Service {service} is of type {found.type}, not LoadBalancer", file=err)
     if snapshot.services and not snapshot.endpoint_slices:
         print(
             f"warning: {args.cluster} holds no EndpointSlice; every Service will show "
@@ -146,6 +163,30 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         out.write(json.dumps(value, indent=2) + "\n")
     else:
         out.write(explain_table(decisions, service))
+    return EXIT_OK
+
+
+def _allocation(
+    args: argparse.Namespace,
+    config: Config,
+    snapshot: ClusterSnapshot,
+    service: ServiceKey | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """The controller's answer for the dump, through bgpd.allocation_preview."""
+    from bgpd.allocation_preview import preview, preview_json, preview_table
+
+    if args.node:
+        print(
+            "warning: --node has no meaning with --allocation (allocation is cluster-wide)",
+            file=err,
+        )
+    entries = preview(config, snapshot)
+    if args.output == "json":
+        out.write(json.dumps(preview_json(entries, service), indent=2) + "\n")
+    else:
+        out.write(preview_table(entries, service))
     return EXIT_OK
 
 

@@ -37,6 +37,7 @@ from kbgpd_lab.kit.waiting import wait_until_async
 pytestmark = [pytest.mark.component, pytest.mark.timeout(60)]
 
 POOL_ANNOTATION = "metallb.io/ip-allocated-from-pool"
+SHARE = "metallb.io/allow-shared-ip"
 FAST_LEASE = LeaderTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.2)
 
 POOLS = """
@@ -228,6 +229,41 @@ async def test_sharing_key_shares_one_ip(env: Env) -> None:
             await wait_until_async(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
     assert ingress(sim, "dns-tcp") == ingress(sim, "dns-alt") == ["10.99.0.10"]
     assert ingress(sim, "other") == ["10.99.0.11"]
+
+
+async def test_sharing_edits_in_sequence_keep_the_incumbent(env: Env) -> None:
+    """Two Services share 10.99.0.10. Editing the first one's sharing key (it sorts first,
+    so name order alone would cut the second off) moves only the edited one, as in
+    MetalLB; the untouched one never gets a ClearAssignment. Editing it back keeps its
+    new IP (stable), and a request for the shared IP under another key is refused."""
+    sim = env.sim
+    sim.store.create(lb_service("a-dns", annotations={SHARE: "dns"}, ports=(53,)))
+    sim.store.create(lb_service("b-dns", annotations={SHARE: "dns"}, ports=(5353,)))
+    async with env.controller():
+        for name in ("a-dns", "b-dns"):
+            await wait_until_async(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
+        assert ingress(sim, "a-dns") == ingress(sim, "b-dns") == ["10.99.0.10"]
+
+        sim.store.patch(
+            "services",
+            "a-dns",
+            {"metadata": {"annotations": {SHARE: "other"}}},
+            namespace="default",
+        )
+        await wait_until_async(lambda: ingress(sim, "a-dns") == ["10.99.0.11"], what="a moves")
+        assert ingress(sim, "b-dns") == ["10.99.0.10"]
+
+        sim.store.patch(
+            "services", "a-dns", {"metadata": {"annotations": {SHARE: "dns"}}}, namespace="default"
+        )
+        sim.store.create(
+            lb_service("c-web", load_balancer_ip="10.99.0.10", annotations={SHARE: "web"})
+        )
+        await wait_until_async(lambda: "AllocationFailed" in reasons(sim, "c-web"), what="c")
+    assert ingress(sim, "a-dns") == ["10.99.0.11"]
+    assert ingress(sim, "b-dns") == ["10.99.0.10"]
+    assert reasons(sim, "b-dns") == ["IPAllocated"]
+    assert reasons(sim, "a-dns") == ["IPAllocated", "ClearAssignment", "IPAllocated"]
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 
+from bgpd.allocation import AllocationResult, FailureReason
 from bgpd.model import (
     AddressRange,
     BGPAdvertisement,
@@ -272,3 +273,13 @@ def changed_keys(before: ClusterSnapshot | None, after: ClusterSnapshot) -> set[
         if before.services.get(k) != after.services.get(k)
         or before.endpoint_slices.get(k, ()) != after.endpoint_slices.get(k, ())
     }
+
+
+#: allocate()'s outcome as a table row: key -> (pool, *IPs) or the failure reason.
+Expected = dict[str, tuple[str, ...] | FailureReason]
+
+
+def summary(result: AllocationResult) -> Expected:
+    out: Expected = {k: (a.pool, *(str(ip) for ip in a.ips)) for k, a in result.assignments.items()}
+    out.update({k: f.reason for k, f in result.failures.items()})
+    return out

@@ -34,6 +34,13 @@ V6 = pool("v6", "2001:db8:100::/120")
 TOR4 = peer("tor-a", "172.31.250.1")
 TOR6 = peer("tor-a-v6", "fd00:99::1")
 BASE = config(pools=[V4, V6], peers=[TOR4, TOR6], advertisements=[adv()])
+#: A speaker that serves one loadBalancerClass.
+CLASSED = config(
+    pools=[V4],
+    peers=[TOR4],
+    advertisements=[adv()],
+    speaker=SpeakerConfig(load_balancer_class="kube-bgpd.io/bgp"),
+)
 N1 = node("n1")
 N2 = node("n2")
 
@@ -163,12 +170,7 @@ CASES = [
         id="other-class-is-notOurLoadBalancerClass",
     ),
     pytest.param(
-        config(
-            pools=[V4],
-            peers=[TOR4],
-            advertisements=[adv()],
-            speaker=SpeakerConfig(load_balancer_class="kube-bgpd.io/bgp"),
-        ),
+        CLASSED,
         cluster(
             [
                 svc(S, "198.51.100.1", lb_class="kube-bgpd.io/bgp"),
@@ -178,12 +180,11 @@ CASES = [
             [eps(S, ep("n1")), eps(T, ep("n1")), eps("default/x", ep("n1"))],
             [N1],
         ),
-        [
-            ("tor-a", "198.51.100.1/32", (S,), PLAIN),
-            ("tor-a", "198.51.100.2/32", (T,), PLAIN),
-        ],
-        [("default/x", SkipReason.NOT_OUR_CLASS, None)],
-        id="configured-class-serves-it-and-unset-class",
+        # MetalLB --lb-class: only Services whose class matches; a class-less one
+        # belongs to the cluster's default load balancer (KEP-1959).
+        [("tor-a", "198.51.100.1/32", (S,), PLAIN)],
+        [(T, SkipReason.NOT_OUR_CLASS, None), ("default/x", SkipReason.NOT_OUR_CLASS, None)],
+        id="configured-class-serves-only-it",
     ),
     pytest.param(
         BASE,
@@ -594,6 +595,12 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
             cluster([svc(S, "198.51.100.1", lb_class="other.io/lb")], [], [N1]),
             "loadBalancerClass other.io/lb; this speaker serves Services without a class",
             id="class-detail",
+        ),
+        pytest.param(
+            CLASSED,
+            cluster([svc(S, "198.51.100.1")], [eps(S, ep("n1"))], [N1]),
+            "no loadBalancerClass; this speaker serves class kube-bgpd.io/bgp",
+            id="class-less-detail",
         ),
     ],
 )

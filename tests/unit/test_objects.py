@@ -252,7 +252,9 @@ def test_build_snapshot_groups_slices_by_service_label() -> None:
         pytest.param(Service("a", "b", load_balancer_class="x"), None, False, id="class-no-config"),
         pytest.param(Service("a", "b", load_balancer_class="x"), "x", True, id="same-class"),
         pytest.param(Service("a", "b", load_balancer_class="y"), "x", False, id="other-class"),
-        pytest.param(Service("a", "b"), "x", True, id="unset-class-with-config"),
+        # MetalLB --lb-class: "handle only services whose spec.loadBalancerClass
+        # matches"; a class-less Service belongs to the default implementation.
+        pytest.param(Service("a", "b"), "x", False, id="unset-class-with-config"),
         pytest.param(Service("a", "b", type="NodePort"), None, False, id="not-loadbalancer"),
     ],
 )
