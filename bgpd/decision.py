@@ -22,8 +22,9 @@ because that is what users of MetalLB-style configs expect:
    traffic for a Local Service on a node without a local endpoint. "Can serve" is
    Endpoint.can_serve: ready unset or true, or serving true, so a terminating pod that
    still serves keeps its route (metallb#2074, KEP-1672).
-6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool and
-   whose nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
+6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool,
+   whose serviceSelectors (none: every Service) match the Service's labels and whose
+   nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
    advertisements name (all when none) among the peers this node has a session with
    (`noMatchingPeer`; bgpd.peers.peers_for_node: nodeSelectors match and a local
    address exists, the rule the ExaBGP renderer follows too), and of those only peers
@@ -56,6 +57,14 @@ Cilium documents for overlapping advertisements) and the lowest MED (the most
 preferred value in the MED comparison, RFC 4271 9.1.2.2 c). The link-bandwidth community
 (weighted ECMP for Local, bgpd.bandwidth): the sum over the route's Services when every
 one of them asks for it, else none.
+
+Aggregation and serviceSelectors: a Service reaches a prefix only through the
+advertisements that select it, so an aggregate carries each of its Services with the
+attributes of that Service's own advertisements, and the merge above applies to those
+contributions: an aggregate is announced while any Service in it is, and an
+advertisement's communities and localPref reach the aggregate only while a Service it
+selects is in it. The aggregate still covers, and attracts traffic for, every address in
+it (validate warns about serviceSelectors with an aggregation shorter than a host route).
 
 Per-Service attributes (metallb#934, #1388): the annotations
 `kube-bgpd.io/communities` (comma list of `a:b`, `large:a:b:c`, well-known names such
@@ -260,7 +269,11 @@ class _NodeScope:
     node_peers: NodePeers
     #: snapshot.nodes: every Node, for the fan-out candidates (rule 7).
     nodes: Mapping[NodeName, Node] = field(default_factory=dict)
-    cache: dict[tuple[PoolName, int], _Targets | _Miss] = field(default_factory=dict)
+    #: Per (pool, IP version, names of the serviceSelectors advertisements that select
+    #: the Service): the (advertisement, peer) pairs, or why none.
+    cache: dict[tuple[PoolName, int, tuple[str, ...]], _Targets | _Miss] = field(
+        default_factory=dict
+    )
     ranges: list[tuple[int, int, int, IPAddressPool]] | None = None
     #: fan-out candidates by the node-wide rules, per (advertisement, IP version).
     eligible: dict[tuple[str, int], frozenset[NodeName]] = field(default_factory=dict)
@@ -283,20 +296,35 @@ class _NodeScope:
                 return pool
         return None
 
-    def targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
-        key = (pool.name, version)
+    def targets(
+        self, pool: IPAddressPool, version: int, selected: tuple[str, ...] = ()
+    ) -> _Targets | _Miss:
+        """The (advertisement, peer) pairs an IP of `pool` goes through, or why none.
+        `selected`: the names of the advertisements with serviceSelectors that select the
+        Service; those without serviceSelectors select every Service."""
+        key = (pool.name, version, selected)
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._targets(pool, version)
+            found = self.cache[key] = self._targets(pool, version, selected)
         return found
 
-    def _targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
+    def _targets(
+        self, pool: IPAddressPool, version: int, selected: tuple[str, ...]
+    ) -> _Targets | _Miss:
         advs = [a for a in self.config.advertisements if a.selects_pool(pool)]
         if not advs:
             return _Miss(
                 SkipReason.NO_MATCHING_ADVERTISEMENT,
                 f"no BGPAdvertisement selects pool {pool.name}",
             )
+        mine = [a for a in advs if not a.service_selectors or a.name in selected]
+        if not mine:
+            return _Miss(
+                SkipReason.NO_MATCHING_ADVERTISEMENT,
+                f"BGPAdvertisement {_names(a.name for a in advs)} select pool {pool.name} "
+                "but their serviceSelectors do not match the Service's labels",
+            )
+        advs = mine
         here = [a for a in advs if selectors_match(a.node_selectors, self.labels)]
         if not here:
             return _Miss(
@@ -507,6 +535,8 @@ class _Context:
     aliases: Mapping[str, str]
     ours: str | None
     data_plane: DataPlane
+    #: The advertisements with serviceSelectors (the others select every Service).
+    selective: tuple[BGPAdvertisement, ...] = ()
 
 
 def _context(
@@ -533,6 +563,7 @@ def _context(
         aliases=community_aliases(config),
         ours=config.speaker.load_balancer_class,
         data_plane=data_plane,
+        selective=tuple(a for a in config.advertisements if a.service_selectors),
     )
 
 
@@ -594,12 +625,13 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
     endpoints = serving_endpoints(slices, scope.node) if local else 0
+    selected = tuple(a.name for a in ctx.selective if a.selects_service(svc.labels))
     for ip in dict.fromkeys(svc.ingress_ips):
         pool = scope.pool_of(ip)
         if pool is None:
             skips.append(Skip(key, SkipReason.IP_NOT_IN_POOL, ip=ip))
             continue
-        targets = scope.targets(pool, ip.version)
+        targets = scope.targets(pool, ip.version, selected)
         if isinstance(targets, _Miss):
             skips.append(Skip(key, targets.reason, ip=ip, detail=targets.detail))
             continue

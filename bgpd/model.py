@@ -244,6 +244,9 @@ class BGPAdvertisement:
     #: The fan-out cap (spec.maxNodes): announce each prefix from at most this many of the
     #: nodes that could, chosen by rendezvous hashing (bgpd.fanout); None: from all.
     max_nodes: int | None = None
+    #: spec.serviceSelectors: the Services (by their labels) this advertisement carries;
+    #: empty = every Service.
+    service_selectors: tuple[LabelSelector, ...] = ()
 
     def selects_pool(self, pool: IPAddressPool) -> bool:
         """MetalLB: no pools and no pool selectors means every pool."""
@@ -252,6 +255,10 @@ class BGPAdvertisement:
         return pool.name in self.ip_address_pools or any(
             s.matches(pool.labels) for s in self.ip_address_pool_selectors
         )
+
+    def selects_service(self, labels: Mapping[str, str]) -> bool:
+        """spec.serviceSelectors: none means every Service, else any selector matches."""
+        return selectors_match(self.service_selectors, labels)
 
 
 class LogFormat(StrEnum):

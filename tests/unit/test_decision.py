@@ -40,6 +40,20 @@ N2 = node("n2")
 S = "default/web"
 T = "default/api"
 
+#: Two /24-aggregating advertisements, each for the Services of one app label.
+BY_APP = config(
+    pools=[V4],
+    peers=[TOR4],
+    advertisements=[
+        adv(name, services=[selector(app=name)], aggregation_length=24, communities=[c])
+        for name, c in (("web", "65000:1"), ("api", "65000:2"))
+    ],
+)
+APP_SERVICES = [
+    svc(S, "198.51.100.1", labels={"app": "web"}),
+    svc(T, "198.51.100.200", labels={"app": "api"}),
+]
+
 Routes = list[tuple[str, str, tuple[str, ...], tuple[object, ...]]]
 Skips = list[tuple[str, SkipReason, str | None]]
 
@@ -345,6 +359,86 @@ CASES = [
         [(S, SkipReason.NO_PEER_OF_FAMILY, "2001:db8:100::1")],
         id="ipv6-address-with-only-ipv4-peers",
     ),
+    # --- serviceSelectors: an advertisement carries only the Services it selects ---
+    pytest.param(
+        config(pools=[V4], peers=[TOR4], advertisements=[adv(services=[selector(app="web")])]),
+        cluster([svc(S, "198.51.100.1", labels={"app": "web"})], [eps(S, ep("n1"))], [N1]),
+        one(),
+        [],
+        id="serviceSelectors-match-announces",
+    ),
+    pytest.param(
+        config(pools=[V4], peers=[TOR4], advertisements=[adv(services=[selector(app="web")])]),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        [],
+        [(S, SkipReason.NO_MATCHING_ADVERTISEMENT, "198.51.100.1")],
+        id="serviceSelectors-miss-is-noMatchingAdvertisement",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[adv(services=[selector(app="web"), selector(app="api")])],
+        ),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        one(),
+        [],
+        id="serviceSelectors-any-selector-matches",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[
+                adv("web", services=[selector(app="web")], communities=["65000:1"]),
+                adv("all", communities=["65000:2"]),
+            ],
+        ),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        [("tor-a", "198.51.100.1/32", (S,), (("65000:2",), (), None, None))],
+        [],
+        id="serviceSelectors-unselected-advertisement-adds-nothing",
+    ),
+    # An aggregate carries each Service through the advertisements that select it: both
+    # advertisements' communities while both Services are in it...
+    pytest.param(
+        BY_APP,
+        cluster(
+            APP_SERVICES,
+            [eps(S, ep("n1")), eps(T, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (T, S), (("65000:1", "65000:2"), (), None, None))],
+        [],
+        id="serviceSelectors-aggregate-merges-selected-advertisements",
+    ),
+    # ... and only the advertisement of the Service still announced once the other is not.
+    pytest.param(
+        BY_APP,
+        cluster(
+            APP_SERVICES,
+            [eps(S, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (S,), (("65000:1",), (), None, None))],
+        [(T, SkipReason.NO_ENDPOINTS, None)],
+        id="serviceSelectors-aggregate-drops-attributes-of-absent-service",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[adv(services=[selector(app="web")], aggregation_length=24)],
+        ),
+        cluster(
+            [svc(S, "198.51.100.1", labels={"app": "web"}), svc(T, "198.51.100.2")],
+            [eps(S, ep("n1")), eps(T, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (S,), PLAIN)],
+        [(T, SkipReason.NO_MATCHING_ADVERTISEMENT, "198.51.100.2")],
+        id="serviceSelectors-aggregate-carries-only-selected-services",
+    ),
     # --- aggregation and merging ---
     pytest.param(
         config(pools=[V4], peers=[TOR4], advertisements=[adv(aggregation_length=24)]),
@@ -594,6 +688,20 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
             cluster([svc(S, "198.51.100.1", lb_class="other.io/lb")], [], [N1]),
             "loadBalancerClass other.io/lb; this speaker serves Services without a class",
             id="class-detail",
+        ),
+        pytest.param(
+            config(
+                pools=[V4],
+                peers=[TOR4],
+                advertisements=[
+                    adv("web", services=[selector(app="web")]),
+                    adv("v6", pools=["v6"]),
+                ],
+            ),
+            cluster([svc(S, "198.51.100.1")], [eps(S, ep("n1"))], [N1]),
+            "BGPAdvertisement web select pool v4 but their serviceSelectors do not match the "
+            "Service's labels",
+            id="serviceSelectors-detail",
         ),
     ],
 )

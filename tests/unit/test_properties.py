@@ -1,5 +1,6 @@
 """Hypothesis properties of decide(): deterministic (also under any input order) and never
-announcing an IP that no advertisement selects for that peer on that node."""
+announcing an IP that no advertisement selects (pool, node, Service) for that peer on that
+node."""
 
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ PEERS = [
 ]
 NODE_NAMES = ["n1", "n2", "n3"]
 racks = st.sampled_from([None, None, "r1", "r2"])
+#: A Service's app label (None: no label) and an advertisement's serviceSelectors.
+apps = st.sampled_from([None, "web", "web", "api"])
+service_selectors = st.sampled_from(
+    [(), (), (selector(app="web"),), (selector(app="web"), selector(app="api"))]
+)
 
 
 def rack_selectors(rack: str | None) -> tuple[object, ...]:
@@ -96,6 +102,7 @@ def configs(draw: st.DrawFn) -> Config:
             local_pref=draw(st.none() | st.integers(0, 500)),
             link_bandwidth=draw(st.none() | st.sampled_from([1, 125_000])),
             max_nodes=draw(st.none() | st.integers(1, 3)),
+            services=draw(service_selectors),
         )
         for i in range(draw(st.integers(1, 3)))
     ]
@@ -154,6 +161,7 @@ def snapshots(draw: st.DrawFn) -> tuple[list[Service], list[EndpointSlice], list
                 type="ClusterIP" if draw(st.integers(0, 7)) == 0 else "LoadBalancer",
                 lb_class="other.io/lb" if draw(st.integers(0, 7)) == 0 else None,
                 annotations=annotations,
+                labels={} if (app := draw(apps)) is None else {"app": app},
             )
         )
         for j in range(draw(st.integers(1, 2))):
@@ -238,6 +246,7 @@ def test_every_route_is_backed_by_an_advertisement(
                 if (p := cfg.pool_of(ip)) is not None
                 for a in cfg.advertisements
                 if _allowed(a, p.name, here.labels)
+                and selectors_match(a.service_selectors, service.labels)
                 and (not a.peers or route.peer in a.peers)
                 and ipaddress.ip_network(
                     (
