@@ -22,8 +22,9 @@ because that is what users of MetalLB-style configs expect:
    traffic for a Local Service on a node without a local endpoint. "Can serve" is
    Endpoint.can_serve: ready unset or true, or serving true, so a terminating pod that
    still serves keeps its route (metallb#2074, KEP-1672).
-6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool and
-   whose nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
+6. Per IP: its pool (`ipNotInAnyPool`), the BGPAdvertisements that select that pool,
+   whose serviceSelectors (none: every Service) match the Service's labels and whose
+   nodeSelectors match this node (`noMatchingAdvertisement`), the peers those
    advertisements name (all when none) among the peers this node has a session with
    (`noMatchingPeer`; bgpd.peers.peers_for_node: nodeSelectors match and a local
    address exists, the rule the ExaBGP renderer follows too), and of those only peers
@@ -57,15 +58,27 @@ preferred value in the MED comparison, RFC 4271 9.1.2.2 c). The link-bandwidth c
 (weighted ECMP for Local, bgpd.bandwidth): the sum over the route's Services when every
 one of them asks for it, else none.
 
+Aggregation and serviceSelectors: a Service reaches a prefix only through the
+advertisements that select it, so an aggregate carries each of its Services with the
+attributes of that Service's own advertisements, and the merge above applies to those
+contributions: an aggregate is announced while any Service in it is, and an
+advertisement's communities and localPref reach the aggregate only while a Service it
+selects is in it. The aggregate still covers, and attracts traffic for, every address in
+it (validate warns about serviceSelectors with an aggregation shorter than a host route).
+
 Per-Service attributes (metallb#934, #1388): the annotations
 `kube-bgpd.io/communities` (comma list of `a:b`, `large:a:b:c`, well-known names such
 as `no-export`, or aliases defined by Community objects), `kube-bgpd.io/local-pref` and
 `kube-bgpd.io/med` (unsigned 32-bit integers). Communities are added to the
 advertisement's; local-pref replaces the advertisement's localPref for that Service.
-An annotation that does not parse makes the Service `invalidAnnotation` everywhere:
-announcing it without the attributes the owner asked for could steer traffic wrongly
-(a missing no-export community leaks the route beyond the AS), so the route stays out
-and the reason says what is wrong.
+An annotation that does not parse never costs a route that is up: the Service keeps the
+attributes of its last annotations that did parse (`last_valid`, which the Decider keeps
+from pass to pass), with an `invalidAnnotationKept` notice naming the annotation and what
+it accepts. A Service never seen with valid annotations is `invalidAnnotation`:
+announcing it without the attributes the owner asked for could steer traffic wrongly (a
+missing no-export community leaks the route beyond the AS), so the route stays out and
+the reason says what is wrong. A local-pref annotation on a Service routed to eBGP peers
+gets an `attributeNotSent` notice (see below).
 
 LOCAL_PREF is dropped for eBGP peers: RFC 4271 5.1.5 says it SHALL NOT be sent to
 external peers, and dropping it here keeps the decision equal to what goes on the wire
@@ -79,6 +92,8 @@ import functools
 import ipaddress
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TypeVar
 
 from bgpd import fanout
 from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
@@ -97,6 +112,8 @@ from bgpd.model import (
     IPNetwork,
     Node,
     NodeName,
+    Notice,
+    NoticeReason,
     PeerName,
     PeerSkipReason,
     PoolName,
@@ -125,6 +142,18 @@ EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 _NO_ATTRIBUTES = RouteAttributes()
 
+#: What each attribute annotation accepts, said in every error about it.
+ANNOTATION_SYNTAX = {
+    ANNOTATION_COMMUNITIES: "a comma list of a:b, large:a:b:c, a well-known name such as "
+    "no-export, or a Community alias",
+    ANNOTATION_LOCAL_PREF: "an unsigned 32-bit integer (0-4294967295)",
+    ANNOTATION_MED: "an unsigned 32-bit integer (0-4294967295)",
+}
+
+
+def _annotation_error(name: str, problem: object) -> ValueError:
+    return ValueError(f"{name}: {problem}; accepted: {ANNOTATION_SYNTAX[name]}")
+
 
 def community_aliases(config: Config) -> Mapping[str, str]:
     """Alias name -> community text, from every Community object."""
@@ -136,7 +165,7 @@ def service_attributes(
 ) -> RouteAttributes:
     """The path attributes a Service asks for through its annotations.
 
-    Raises ValueError naming the annotation and the bad text. Parsed with the same
+    Raises ValueError naming the annotation, the bad text and what it accepts. Parsed with the same
     functions as the config (bgpd.attributes), so the same texts are accepted and
     control characters can never reach an ExaBGP command line.
     """
@@ -155,12 +184,12 @@ def service_attributes(
         for item in raw.split(","):
             text = item.strip()
             if not text:
-                raise ValueError(f"{ANNOTATION_COMMUNITIES}: {raw!r} has an empty entry")
+                raise _annotation_error(ANNOTATION_COMMUNITIES, f"{raw!r} has an empty entry")
             value = aliases.get(text, text)
             try:
                 kind, canonical = parse_community(value)
             except ValueError as exc:
-                raise ValueError(f"{ANNOTATION_COMMUNITIES}: {exc}") from exc
+                raise _annotation_error(ANNOTATION_COMMUNITIES, exc) from exc
             (large if kind == "large" else standard).add(canonical)
     values: dict[str, int | None] = {}
     for name in (ANNOTATION_LOCAL_PREF, ANNOTATION_MED):
@@ -168,13 +197,54 @@ def service_attributes(
         try:
             values[name] = None if number is None else parse_u32(number, "value")
         except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from exc
+            raise _annotation_error(name, exc) from exc
     return RouteAttributes(
         communities=tuple(sorted(standard)),
         large_communities=tuple(sorted(large)),
         local_pref=values[ANNOTATION_LOCAL_PREF],
         med=values[ANNOTATION_MED],
     )
+
+
+#: decide()'s `last_valid` when nothing was decided before (offline, the first pass).
+NO_LAST_VALID: Mapping[ServiceKey, RouteAttributes] = MappingProxyType({})
+
+
+def attributes_in_force(
+    service: Service, aliases: Mapping[str, str], last_valid: RouteAttributes | None
+) -> tuple[RouteAttributes | None, str]:
+    """The attributes a Service's routes carry, and the annotation error ('' if none):
+    what its annotations ask for, or when they do not parse, `last_valid`, those of its
+    last annotations that did (None for a Service never seen valid: not announced). A
+    typo in an annotation must not withdraw a Service that is serving traffic."""
+    try:
+        return service_attributes(service, aliases), ""
+    except ValueError as exc:
+        return last_valid, str(exc)
+
+
+def _remembered_by_decide(service: Service, ours: str | None) -> bool:
+    """The Services decide() keeps last valid attributes for: LoadBalancers of ours."""
+    return service.type == "LoadBalancer" and is_our_load_balancer(service, ours)
+
+
+def remember_attributes(
+    config: Config,
+    snapshot: ClusterSnapshot,
+    last_valid: Mapping[ServiceKey, RouteAttributes],
+) -> dict[ServiceKey, RouteAttributes]:
+    """decide()'s `last_valid` for the next snapshot, after deciding on this one: per
+    LoadBalancer Service of ours, attributes_in_force() (Services that are gone, or
+    never parsed, have none). The Decider keeps the same map as its state."""
+    aliases = community_aliases(config)
+    ours = config.speaker.load_balancer_class
+    out: dict[ServiceKey, RouteAttributes] = {}
+    for key, svc in snapshot.services.items():
+        if _remembered_by_decide(svc, ours):
+            got, _ = attributes_in_force(svc, aliases, last_valid.get(key))
+            if got is not None:
+                out[key] = got
+    return out
 
 
 # --------------------------------------------------------------------------- pieces
@@ -260,7 +330,11 @@ class _NodeScope:
     node_peers: NodePeers
     #: snapshot.nodes: every Node, for the fan-out candidates (rule 7).
     nodes: Mapping[NodeName, Node] = field(default_factory=dict)
-    cache: dict[tuple[PoolName, int], _Targets | _Miss] = field(default_factory=dict)
+    #: Per (pool, IP version, names of the serviceSelectors advertisements that select
+    #: the Service): the (advertisement, peer) pairs, or why none.
+    cache: dict[tuple[PoolName, int, tuple[str, ...]], _Targets | _Miss] = field(
+        default_factory=dict
+    )
     ranges: list[tuple[int, int, int, IPAddressPool]] | None = None
     #: fan-out candidates by the node-wide rules, per (advertisement, IP version).
     eligible: dict[tuple[str, int], frozenset[NodeName]] = field(default_factory=dict)
@@ -283,20 +357,35 @@ class _NodeScope:
                 return pool
         return None
 
-    def targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
-        key = (pool.name, version)
+    def targets(
+        self, pool: IPAddressPool, version: int, selected: tuple[str, ...] = ()
+    ) -> _Targets | _Miss:
+        """The (advertisement, peer) pairs an IP of `pool` goes through, or why none.
+        `selected`: the names of the advertisements with serviceSelectors that select the
+        Service; those without serviceSelectors select every Service."""
+        key = (pool.name, version, selected)
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._targets(pool, version)
+            found = self.cache[key] = self._targets(pool, version, selected)
         return found
 
-    def _targets(self, pool: IPAddressPool, version: int) -> _Targets | _Miss:
+    def _targets(
+        self, pool: IPAddressPool, version: int, selected: tuple[str, ...]
+    ) -> _Targets | _Miss:
         advs = [a for a in self.config.advertisements if a.selects_pool(pool)]
         if not advs:
             return _Miss(
                 SkipReason.NO_MATCHING_ADVERTISEMENT,
                 f"no BGPAdvertisement selects pool {pool.name}",
             )
+        mine = [a for a in advs if not a.service_selectors or a.name in selected]
+        if not mine:
+            return _Miss(
+                SkipReason.NO_MATCHING_ADVERTISEMENT,
+                f"BGPAdvertisement {_names(a.name for a in advs)} select pool {pool.name} "
+                "but their serviceSelectors do not match the Service's labels",
+            )
+        advs = mine
         here = [a for a in advs if selectors_match(a.node_selectors, self.labels)]
         if not here:
             return _Miss(
@@ -493,6 +582,9 @@ class _Part:
 
     skips: tuple[Skip, ...] = ()
     contributions: tuple[_Contribution, ...] = ()
+    notices: tuple[Notice, ...] = ()
+    #: attributes_in_force(): what remember_attributes() keeps for this Service.
+    in_force: RouteAttributes | None = None
 
 
 _NOTHING = _Part()
@@ -507,6 +599,8 @@ class _Context:
     aliases: Mapping[str, str]
     ours: str | None
     data_plane: DataPlane
+    #: The advertisements with serviceSelectors (the others select every Service).
+    selective: tuple[BGPAdvertisement, ...] = ()
 
 
 def _context(
@@ -533,12 +627,19 @@ def _context(
         aliases=community_aliases(config),
         ours=config.speaker.load_balancer_class,
         data_plane=data_plane,
+        selective=tuple(a for a in config.advertisements if a.service_selectors),
     )
 
 
-def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]) -> _Part:
-    """One Service's skips and route contributions: depends only on the context, the
-    Service and its EndpointSlices, so it can be memoised per Service."""
+def _service_part(
+    ctx: _Context,
+    svc: Service,
+    slices: tuple[EndpointSlice, ...],
+    last_valid: RouteAttributes | None,
+) -> _Part:
+    """One Service's skips, notices and route contributions: depends only on the
+    context, the Service, its EndpointSlices and its last valid attributes, so it can be
+    memoised per Service."""
     if svc.type != "LoadBalancer":
         return _NOTHING
     key = svc.key
@@ -559,25 +660,36 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
                 ),
             )
         )
+    in_force, error = attributes_in_force(svc, ctx.aliases, last_valid)
+    notices: tuple[Notice, ...] = ()
+
+    def skipped(*skips: Skip) -> _Part:
+        return _Part(skips=skips, notices=notices, in_force=in_force)
+
     if not svc.ingress_ips:
-        return _Part(skips=(Skip(key, SkipReason.NO_IP_ALLOCATED),))
-    try:
-        wanted = service_attributes(svc, ctx.aliases)
-    except ValueError as exc:
-        return _Part(skips=(Skip(key, SkipReason.INVALID_ANNOTATION, detail=str(exc)),))
+        return skipped(Skip(key, SkipReason.NO_IP_ALLOCATED))
+    if in_force is None:
+        return skipped(Skip(key, SkipReason.INVALID_ANNOTATION, detail=error))
+    wanted = in_force
+    if error:
+        notices = (
+            Notice(
+                key,
+                NoticeReason.ANNOTATION_KEPT,
+                detail=f"{error}; keeping the attributes of the last valid annotations",
+            ),
+        )
     if ctx.blocked is not None:
         detail = NODE_DATA_PLANE_DETAIL if ctx.blocked is SkipReason.DATA_PLANE_NOT_READY else ""
-        return _Part(skips=(Skip(key, ctx.blocked, detail=detail),))
+        return skipped(Skip(key, ctx.blocked, detail=detail))
     scope = ctx.scope
     local = svc.external_traffic_policy is TrafficPolicy.LOCAL
     if not _has_serving(slices, svc, scope.node):
-        return _Part(
-            skips=(
-                Skip(
-                    key,
-                    SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS,
-                    detail=_endpoint_detail(slices, svc, scope.node),
-                ),
+        return skipped(
+            Skip(
+                key,
+                SkipReason.NO_LOCAL_ENDPOINTS if local else SkipReason.NO_ENDPOINTS,
+                detail=_endpoint_detail(slices, svc, scope.node),
             )
         )
     dp = ctx.data_plane
@@ -585,25 +697,24 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
         if key in dp.draining:
             wanted = _draining(wanted)
         else:
-            return _Part(
-                skips=(
-                    Skip(
-                        key,
-                        SkipReason.DATA_PLANE_NOT_READY,
-                        detail=f"healthCheckNodePort {svc.health_check_node_port} has not "
-                        "passed its check",
-                    ),
+            return skipped(
+                Skip(
+                    key,
+                    SkipReason.DATA_PLANE_NOT_READY,
+                    detail=f"healthCheckNodePort {svc.health_check_node_port} has not "
+                    "passed its check",
                 )
             )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
     endpoints = serving_endpoints(slices, scope.node) if local else 0
+    selected = tuple(a.name for a in ctx.selective if a.selects_service(svc.labels))
     for ip in dict.fromkeys(svc.ingress_ips):
         pool = scope.pool_of(ip)
         if pool is None:
             skips.append(Skip(key, SkipReason.IP_NOT_IN_POOL, ip=ip))
             continue
-        targets = scope.targets(pool, ip.version)
+        targets = scope.targets(pool, ip.version, selected)
         if isinstance(targets, _Miss):
             skips.append(Skip(key, targets.reason, ip=ip, detail=targets.detail))
             continue
@@ -624,7 +735,33 @@ def _service_part(ctx: _Context, svc: Service, slices: tuple[EndpointSlice, ...]
         if not kept:
             detail = "; ".join(m for m in capped.values() if m is not None)
             skips.append(Skip(key, SkipReason.NOT_SELECTED_FOR_FANOUT, ip=ip, detail=detail))
-    return _Part(skips=tuple(skips), contributions=tuple(contributions))
+    return _Part(
+        skips=tuple(skips),
+        contributions=tuple(contributions),
+        notices=notices + _not_sent(key, in_force, contributions),
+        in_force=in_force,
+    )
+
+
+def _not_sent(
+    key: ServiceKey, asked: RouteAttributes, contributions: Iterable[_Contribution]
+) -> tuple[Notice, ...]:
+    """A local-pref annotation on a Service routed to eBGP peers: RFC 4271 5.1.5 keeps
+    LOCAL_PREF to iBGP, so those peers do not get it (_Merged drops it), and the owner
+    should know rather than wonder."""
+    if asked.local_pref is None:
+        return ()
+    ebgp = sorted({c[3].name for c in contributions if not c[3].is_ibgp})
+    if not ebgp:
+        return ()
+    return (
+        Notice(
+            key,
+            NoticeReason.ATTRIBUTE_NOT_SENT,
+            detail=f"{ANNOTATION_LOCAL_PREF} {asked.local_pref} is not sent to eBGP peers "
+            f"{_names(ebgp)}: LOCAL_PREF is for iBGP peers only (RFC 4271 5.1.5)",
+        ),
+    )
 
 
 def _fanout_miss(
@@ -682,6 +819,7 @@ def decide(
     *,
     kernel_choices: Mapping[PeerName, IPAddress | None] = NO_KERNEL_CHOICES,
     data_plane: DataPlane = DATA_PLANE_UNCHECKED,
+    last_valid: Mapping[ServiceKey, RouteAttributes] = NO_LAST_VALID,
 ) -> Decision:
     """The routes `node` must announce, per peer, and a Skip for every LoadBalancer
     Service (or IP of one) of ours it does not announce. Routes and skips are sorted,
@@ -694,16 +832,23 @@ def decide(
     `data_plane` (SpeakerConfig dataPlaneCheck, bgpd.speaker.dataplane) gates the node
     (`dataPlaneNotReady` for every Service, after the node-wide reasons) and single
     Services (after their endpoints: GRACEFUL_SHUTDOWN while draining, then
-    `dataPlaneNotReady`)."""
+    `dataPlaneNotReady`).
+
+    `last_valid` (remember_attributes() of the previous snapshots; none offline): a
+    Service whose attribute annotations no longer parse keeps these attributes, with an
+    `invalidAnnotationKept` notice, instead of being withdrawn; one without an entry is
+    `invalidAnnotation`."""
     ctx = _context(
         config, snapshot.nodes.get(node), node, kernel_choices, snapshot.nodes, data_plane
     )
     merged: dict[tuple[PeerName, IPNetwork], _Merged] = {}
     skipped: list[Skip] = []
+    notices: list[Notice] = []
     slices = snapshot.endpoint_slices
     for svc in snapshot.services.values():
-        part = _service_part(ctx, svc, slices.get(svc.key, ()))
+        part = _service_part(ctx, svc, slices.get(svc.key, ()), last_valid.get(svc.key))
         skipped.extend(part.skips)
+        notices.extend(part.notices)
         for peer_name, prefix, adv, peer, wanted, endpoints in part.contributions:
             entry = merged.get((peer_name, prefix))
             if entry is None:
@@ -717,7 +862,30 @@ def decide(
         routes=tuple(routes),
         skipped=tuple(sorted(skipped, key=skip_sort_key)),
         peers_skipped=ctx.scope.node_peers.skipped,
+        notices=tuple(sorted(notices, key=notice_sort_key)),
     )
+
+
+def notice_sort_key(notice: Notice) -> tuple[str, str, str]:
+    return (notice.service, notice.reason, notice.detail)
+
+
+_K = TypeVar("_K", tuple[str, int, int, str, str], tuple[str, str, str])
+_V = TypeVar("_V")
+
+
+def _insort(order: list[_K], items: list[_V], key: _K, item: _V) -> None:
+    """Insert `item` at the place of `key` in the sorted `order` (items follow order)."""
+    at = bisect.bisect_left(order, key)
+    order.insert(at, key)
+    items.insert(at, item)
+
+
+def _delete(order: list[_K], items: list[_V], key: _K) -> None:
+    """Remove the entry at `key` from the sorted `order` and from `items`."""
+    at = bisect.bisect_left(order, key)
+    del order[at]
+    del items[at]
 
 
 @dataclass(slots=True)
@@ -762,10 +930,16 @@ class Decider:
     After each decide(): `last_changes`, the (peer, prefix) whose Route may differ from
     the previous decide()'s (None when everything may have: the first call, or a new
     context), and `desired_changed`, whether desired() differs from the previous one.
+
+    The last valid attributes of every Service (decide()'s `last_valid`) are its state
+    too: each decide() equals decide(..., last_valid=remember_attributes() of the
+    snapshots before it), so an annotation typo keeps a Service's routes.
     """
 
     def __init__(self) -> None:
         self._key: _ContextKey | None = None
+        #: decide()'s `last_valid`, kept across new contexts (remember_attributes()).
+        self._valid: dict[ServiceKey, RouteAttributes] = {}
         self._reset(None)
         self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
         self.desired_changed = False
@@ -786,6 +960,10 @@ class Decider:
         self._skip_list: list[Skip] = []
         self._sorted_routes: tuple[Route, ...] = ()
         self._sorted_skips: tuple[Skip, ...] = ()
+        #: notice_sort_key of every Notice, sorted, and the Notices; as for skips.
+        self._notice_order: list[tuple[str, str, str]] = []
+        self._notice_list: list[Notice] = []
+        self._sorted_notices: tuple[Notice, ...] = ()
         #: Set by _add/_remove/_rebuild during one decide().
         self._routes_moved = False
         self._skips_moved = False
@@ -849,9 +1027,12 @@ class Decider:
         self._changes = {}
         self.desired_changed = False
         walk: Iterable[tuple[ServiceKey, Service]]
+        valid = self._valid
         if changed is None:
             for gone in memo.keys() - services.keys():
                 self._remove(gone, memo.pop(gone).part, dirty)
+            for gone in valid.keys() - services.keys():
+                del valid[gone]
             walk = services.items()
         else:
             present: list[tuple[ServiceKey, Service]] = []
@@ -859,8 +1040,10 @@ class Decider:
                 svc = services.get(key)
                 if svc is not None:
                     present.append((key, svc))
-                elif (held := memo.pop(key, None)) is not None:
-                    self._remove(key, held.part, dirty)
+                else:
+                    valid.pop(key, None)
+                    if (held := memo.pop(key, None)) is not None:
+                        self._remove(key, held.part, dirty)
             walk = present
         for key, svc in walk:
             slices = all_slices.get(key, ())
@@ -873,7 +1056,11 @@ class Decider:
                 # Keep the newest objects so the next pass matches by identity.
                 held.service, held.slices = svc, slices
                 continue
-            part = _service_part(ctx, svc, slices)
+            part = _service_part(ctx, svc, slices, valid.get(key))
+            if part.in_force is None:
+                valid.pop(key, None)
+            else:
+                valid[key] = part.in_force
             if held is not None:
                 held.service, held.slices = svc, slices
                 if held.part == part:
@@ -888,6 +1075,7 @@ class Decider:
             self._sorted_routes = tuple(self._route_list)
         if self._skips_moved:
             self._sorted_skips = tuple(self._skip_list)
+            self._sorted_notices = tuple(self._notice_list)
         if before is None:
             self.last_changes = self._changes
         else:
@@ -898,14 +1086,15 @@ class Decider:
             routes=self._sorted_routes,
             skipped=self._sorted_skips,
             peers_skipped=ctx.scope.node_peers.skipped,
+            notices=self._sorted_notices,
         )
 
     def _add(self, key: ServiceKey, part: _Part, dirty: set[RouteKey]) -> None:
         for skip in part.skips:
-            sk = skip_sort_key(skip)
-            at = bisect.bisect_left(self._skip_order, sk)
-            self._skip_order.insert(at, sk)
-            self._skip_list.insert(at, skip)
+            _insort(self._skip_order, self._skip_list, skip_sort_key(skip), skip)
+            self._skips_moved = True
+        for notice in part.notices:
+            _insort(self._notice_order, self._notice_list, notice_sort_key(notice), notice)
             self._skips_moved = True
         for contribution in part.contributions:
             target = route_key(contribution[0], contribution[1])
@@ -914,9 +1103,10 @@ class Decider:
 
     def _remove(self, key: ServiceKey, part: _Part, dirty: set[RouteKey]) -> None:
         for skip in part.skips:
-            at = bisect.bisect_left(self._skip_order, skip_sort_key(skip))
-            del self._skip_order[at]
-            del self._skip_list[at]
+            _delete(self._skip_order, self._skip_list, skip_sort_key(skip))
+            self._skips_moved = True
+        for notice in part.notices:
+            _delete(self._notice_order, self._notice_list, notice_sort_key(notice))
             self._skips_moved = True
         for peer_name, prefix, *_ in part.contributions:
             target = route_key(peer_name, prefix)

@@ -25,6 +25,8 @@ from bgpd.model import (
     Decision,
     LinkBandwidth,
     NodeName,
+    Notice,
+    NoticeReason,
     PeerName,
     PeerSkip,
     PeerSkipReason,
@@ -92,7 +94,16 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     out: dict[str, JSONValue] = {"node": decision.node, "routes": routes, "skipped": skipped}
     if decision.peers_skipped:
         out["peersSkipped"] = [peer_skip_json(p) for p in decision.peers_skipped]
+    notices = notice_entries(decision, service)
+    if notices:
+        out["notices"] = [
+            {"service": n.service, "reason": n.reason.value, "detail": n.detail} for n in notices
+        ]
     return out
+
+
+def notice_entries(decision: Decision, service: ServiceKey | None = None) -> list[Notice]:
+    return [n for n in decision.notices if service is None or n.service == service]
 
 
 def link_bandwidth_json(value: LinkBandwidth | None) -> JSONValue:
@@ -146,11 +157,17 @@ def decision_from_json(doc: Mapping[str, Any]) -> Decision:
             PeerSkip(PeerName(p["peer"]), PeerSkipReason(p["reason"]), p.get("detail", ""))
             for p in doc.get("peersSkipped", ())
         )
+        # Absent in answers of speakers older than notices.
+        notices = tuple(
+            Notice(ServiceKey(n["service"]), NoticeReason(n["reason"]), n.get("detail", ""))
+            for n in doc.get("notices", ())
+        )
         return Decision(
             node=NodeName(doc["node"]),
             routes=routes,
             skipped=skipped,
             peers_skipped=peers_skipped,
+            notices=notices,
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a decision document: missing or bad {exc}") from exc
@@ -247,4 +264,9 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
             lines.append("  no session (no route goes to these peers):")
             rows = [[p.peer, p.reason.value, p.detail] for p in d.peers_skipped]
             lines += table_lines(("PEER", "REASON", "DETAIL"), rows, "  ")
+        notices = notice_entries(d, service)
+        if notices:
+            lines.append("  notices (announced as shown above):")
+            rows = [[n.service, n.reason.value, n.detail] for n in notices]
+            lines += table_lines(("SERVICE", "REASON", "DETAIL"), rows, "  ")
     return "\n".join(lines) + "\n" if lines else ""

@@ -244,6 +244,9 @@ class BGPAdvertisement:
     #: The fan-out cap (spec.maxNodes): announce each prefix from at most this many of the
     #: nodes that could, chosen by rendezvous hashing (bgpd.fanout); None: from all.
     max_nodes: int | None = None
+    #: spec.serviceSelectors: the Services (by their labels) this advertisement carries;
+    #: empty = every Service.
+    service_selectors: tuple[LabelSelector, ...] = ()
 
     def selects_pool(self, pool: IPAddressPool) -> bool:
         """MetalLB: no pools and no pool selectors means every pool."""
@@ -252,6 +255,10 @@ class BGPAdvertisement:
         return pool.name in self.ip_address_pools or any(
             s.matches(pool.labels) for s in self.ip_address_pool_selectors
         )
+
+    def selects_service(self, labels: Mapping[str, str]) -> bool:
+        """spec.serviceSelectors: none means every Service, else any selector matches."""
+        return selectors_match(self.service_selectors, labels)
 
 
 class LogFormat(StrEnum):
@@ -550,6 +557,28 @@ class Skip:
     detail: str = ""
 
 
+class NoticeReason(StrEnum):
+    """Something an operator should know about a Service whose routes this node decides
+    on; unlike a SkipReason it withdraws nothing. The strings appear in Warning Events
+    and `explain`."""
+
+    #: An attribute annotation no longer parses: the Service keeps the attributes of its
+    #: last valid annotations rather than being withdrawn for a typo.
+    ANNOTATION_KEPT = "invalidAnnotationKept"
+    #: An attribute the Service asks for cannot go to some of its peers (LOCAL_PREF to
+    #: eBGP peers, RFC 4271 5.1.5).
+    ATTRIBUTE_NOT_SENT = "attributeNotSent"
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A Service, and what is worth knowing about it on this node (NoticeReason)."""
+
+    service: ServiceKey
+    reason: NoticeReason
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class DataPlane:
     """What the data-plane checks (SpeakerConfig dataPlaneCheck) say, as decide() takes
@@ -577,6 +606,9 @@ class Decision:
     #: BGPPeers this node has no session with (bgpd.peers.peers_for_node): no route in
     #: `routes` goes to them; `explain` shows them with the reason.
     peers_skipped: tuple[PeerSkip, ...] = ()
+    #: What is worth knowing about Services beyond their routes and skips (NoticeReason),
+    #: sorted.
+    notices: tuple[Notice, ...] = ()
 
     def by_peer(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
         """The desired set in the shape the ExaBGP driver's apply() takes."""

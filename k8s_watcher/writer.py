@@ -324,6 +324,25 @@ REASON_NOT_ANNOUNCING = "nodeUnassigned"
 _EMPTY_SERVICES: Mapping[ServiceKey, Service] = MappingProxyType({})
 
 
+#: A Warning Event: (Service, reason, detail).
+_Warning = tuple[ServiceKey, str, str]
+
+
+def _warnings(decision: Decision | None) -> set[_Warning]:
+    """What deserves a Warning Event on a Service: every notice (a kept annotation, an
+    attribute a peer cannot get) and every Service not announced for an invalid
+    annotation, the mistakes its owner can fix."""
+    if decision is None:
+        return set()
+    out = {(n.service, n.reason.value, n.detail) for n in decision.notices}
+    out.update(
+        (s.service, s.reason.value, s.detail)
+        for s in decision.skipped
+        if s.reason is SkipReason.INVALID_ANNOTATION
+    )
+    return out
+
+
 def _route_counts(decision: Decision | None) -> dict[ServiceKey, dict[str, int]]:
     """Service -> peer -> how many routes carry it to that peer."""
     out: dict[ServiceKey, dict[str, int]] = {}
@@ -389,7 +408,9 @@ def _skip_service(skip: Skip) -> ServiceKey:
 
 
 class AnnouncementEvents:
-    """Records an Event when this node starts or stops announcing a Service.
+    """Records an Event when this node starts or stops announcing a Service, and a
+    Warning Event when a notice or an invalidAnnotation appears for one (once: again only
+    after it went away or its text changed).
 
     The speaker calls `observe(previous, current, snapshot.services)` after each decision
     (previous is None for the first). Only whole-Service transitions are recorded (one IP
@@ -405,6 +426,29 @@ class AnnouncementEvents:
         #: next call starting from that decision only looks at the routes that changed.
         self._last: Decision | None = None
         self._counts: dict[ServiceKey, dict[str, int]] = {}
+        #: _warnings() of `_last`.
+        self._warned: set[_Warning] = set()
+
+    def _warn(
+        self, old: Decision | None, new: Decision, services: Mapping[ServiceKey, Service]
+    ) -> None:
+        if old is not None and old.notices is new.notices and old.skipped is new.skipped:
+            return
+        now = _warnings(new)
+        for key, reason, detail in sorted(now - self._warned):
+            service = services.get(key)
+            if service is None:
+                continue
+            text = detail
+            if reason == SkipReason.INVALID_ANNOTATION:
+                text = f"not announced: {detail}"
+            self._recorder.record(
+                ObjectRef.service(service),
+                EventType.WARNING,
+                reason,
+                f"node {self._node!r}: {text}",
+            )
+        self._warned = now
 
     def observe(
         self,
@@ -418,6 +462,8 @@ class AnnouncementEvents:
         are looked at, instead of every route of both decisions."""
         if old is None or old is not self._last:
             self._counts = _route_counts(old)
+            self._warned = _warnings(old)
+        self._warn(old, new, services)
         counts = self._counts
         removed, added = _changed_routes(old, new, changes)
         was: dict[ServiceKey, bool] = {}

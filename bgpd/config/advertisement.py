@@ -54,11 +54,14 @@ ADVERTISEMENT: Final = KindTable(
             description="Announce each prefix from at most this many of the nodes that "
             "could, chosen by rendezvous hashing of (prefix, node); unset: from all.",
         ),
+        Field(
+            "serviceSelectors",
+            ref="labelSelectors",
+            description="Only Services whose labels match any of these selectors are "
+            "announced through this advertisement; none: every Service.",
+        ),
     ),
 )
-_ADV_UNSUPPORTED: Final = {
-    "serviceSelectors": "selecting Services per advertisement is not supported yet",
-}
 
 
 def _optional_int(doc: Doc, f: Mapping[str, Any], key: str) -> int | None:
@@ -70,9 +73,7 @@ def _optional_int(doc: Doc, f: Mapping[str, Any], key: str) -> int | None:
 
 def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft | None:
     # An advertisement with no spec is valid in MetalLB: all pools, all peers.
-    f = read_fields(
-        doc, "spec", {} if spec is None else spec, names(ADVERTISEMENT.spec), _ADV_UNSUPPORTED
-    )
+    f = read_fields(doc, "spec", {} if spec is None else spec, names(ADVERTISEMENT.spec))
     if f is None:
         return None
     before = doc.errors
@@ -88,6 +89,7 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
     node_sel = read_selectors(doc, "spec.nodeSelectors", f.get("nodeSelectors"))
     per_endpoint = _optional_int(doc, f, "linkBandwidthPerEndpoint")
     max_nodes = _optional_int(doc, f, "maxNodes")
+    svc_sel = read_selectors(doc, "spec.serviceSelectors", f.get("serviceSelectors"))
     if doc.errors != before:
         return None
     adv = BGPAdvertisement(
@@ -101,6 +103,7 @@ def parse_advertisement(doc: Doc, spec: object, name: str) -> AdvertisementDraft
         node_selectors=node_sel or (),
         link_bandwidth_per_endpoint=per_endpoint,
         max_nodes=max_nodes,
+        service_selectors=svc_sel or (),
     )
     return AdvertisementDraft(adv, tuple(communities or ()))
 

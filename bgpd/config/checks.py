@@ -104,6 +104,7 @@ def cross_check(out: Parsed, issues: Issues) -> Config:
             and not adv.ip_address_pools
         ):
             doc.warn("spec.ipAddressPoolSelectors", "selects no IPAddressPool")
+        _warn_service_aggregation(doc, adv)
         advertisements.append(adv)
         adv_docs.append(doc)
 
@@ -163,6 +164,28 @@ def _resolve_advertisement(
         communities=tuple(sorted(standard, key=_community_key)),
         large_communities=tuple(sorted(large, key=_community_key)),
     )
+
+
+def _warn_service_aggregation(doc: Doc, adv: BGPAdvertisement) -> None:
+    """serviceSelectors choose Services, but an aggregate is a range of addresses: the
+    one announced for a selected Service also draws the traffic of every other address
+    in it, the IPs of Services the advertisement does not select included."""
+    if not adv.service_selectors:
+        return
+    short = [
+        f"{name} {length}"
+        for name, length, host in (
+            ("aggregationLength", adv.aggregation_length, 32),
+            ("aggregationLengthV6", adv.aggregation_length_v6, 128),
+        )
+        if length < host
+    ]
+    if short:
+        doc.warn(
+            "spec.serviceSelectors",
+            f"with {' and '.join(short)}: the aggregate announced for a selected Service "
+            "also covers, and draws the traffic of, the IPs of Services it does not select",
+        )
 
 
 def _check_aggregation(doc: Doc, adv: BGPAdvertisement, pool: IPAddressPool) -> None:

@@ -97,6 +97,7 @@ def adv(
     local_pref: int | None = None,
     link_bandwidth: int | None = None,
     max_nodes: int | None = None,
+    services: Iterable[LabelSelector] = (),
 ) -> BGPAdvertisement:
     return BGPAdvertisement(
         name=name,
@@ -111,6 +112,7 @@ def adv(
         node_selectors=tuple(nodes),
         link_bandwidth_per_endpoint=link_bandwidth,
         max_nodes=max_nodes,
+        service_selectors=tuple(services),
     )
 
 

@@ -477,12 +477,12 @@ BAD: list[Any] = [
         id="adv-communities-bad",
     ),
     pytest.param(
-        [pool(), adv(serviceSelectors=[{"matchLabels": {"app": "web"}}])],
+        [pool(), adv(serviceSelectors=[{"matchExpressions": [{"key": "app", "operator": "Is"}]}])],
         [
-            "BGPAdvertisement adv: spec.serviceSelectors: not supported: selecting Services per "
-            "advertisement is not supported yet"
+            "BGPAdvertisement adv: spec.serviceSelectors[0].matchExpressions[0].operator: 'Is' "
+            "is not one of In, NotIn, Exists, DoesNotExist"
         ],
-        id="adv-service-selectors",
+        id="adv-service-selectors-bad-operator",
     ),
     pytest.param(
         [
@@ -762,6 +762,26 @@ def test_cidr_with_host_bits_is_the_network_with_a_warning_like_metallb() -> Non
         "IPAddressPool pool-a: spec.addresses[0]: '10.99.100.5/24' has host bits set; the pool "
         "is 10.99.100.0/24, as in MetalLB"
     ]
+
+
+def test_advertisement_service_selectors() -> None:
+    result = parse(
+        pool(),
+        peer(),
+        adv(
+            serviceSelectors=[
+                {"matchLabels": {"app": "web"}},
+                {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["edge"]}]},
+            ]
+        ),
+    )
+    assert result.config is not None, messages(result.errors)
+    (advertisement,) = result.config.advertisements
+    assert advertisement.selects_service({"app": "web"})
+    assert advertisement.selects_service({"tier": "edge", "app": "api"})
+    assert not advertisement.selects_service({"app": "api"})
+    assert not advertisement.selects_service({})
+    assert messages(result.warnings) == []
 
 
 def test_service_allocation_and_labels() -> None:
@@ -1080,6 +1100,19 @@ WARNINGS = [
             "BGPAdvertisement adv: spec.ipAddressPoolSelectors: selects no IPAddressPool",
         ],
         id="selector-selects-nothing",
+    ),
+    pytest.param(
+        [
+            pool(),
+            peer(),
+            adv(serviceSelectors=[{"matchLabels": {"app": "web"}}], aggregationLength=24),
+        ],
+        [
+            "BGPAdvertisement adv: spec.serviceSelectors: with aggregationLength 24: the "
+            "aggregate announced for a selected Service also covers, and draws the traffic of, "
+            "the IPs of Services it does not select"
+        ],
+        id="service-selectors-with-aggregation",
     ),
     pytest.param([], [": no configuration documents found"], id="empty"),
 ]

@@ -26,8 +26,18 @@ from bgpd.decision import (
     ANNOTATION_MED,
     EXCLUDE_LB_LABEL,
     decide,
+    remember_attributes,
 )
-from bgpd.model import ClusterSnapshot, Config, NodeName, SkipReason, SpeakerConfig
+from bgpd.model import (
+    ClusterSnapshot,
+    Config,
+    NodeName,
+    NoticeReason,
+    RouteAttributes,
+    ServiceKey,
+    SkipReason,
+    SpeakerConfig,
+)
 
 V4 = pool("v4", "198.51.100.0/24")
 V6 = pool("v6", "2001:db8:100::/120")
@@ -46,6 +56,20 @@ N2 = node("n2")
 
 S = "default/web"
 T = "default/api"
+
+#: Two /24-aggregating advertisements, each for the Services of one app label.
+BY_APP = config(
+    pools=[V4],
+    peers=[TOR4],
+    advertisements=[
+        adv(name, services=[selector(app=name)], aggregation_length=24, communities=[c])
+        for name, c in (("web", "65000:1"), ("api", "65000:2"))
+    ],
+)
+APP_SERVICES = [
+    svc(S, "198.51.100.1", labels={"app": "web"}),
+    svc(T, "198.51.100.200", labels={"app": "api"}),
+]
 
 Routes = list[tuple[str, str, tuple[str, ...], tuple[object, ...]]]
 Skips = list[tuple[str, SkipReason, str | None]]
@@ -346,6 +370,86 @@ CASES = [
         [(S, SkipReason.NO_PEER_OF_FAMILY, "2001:db8:100::1")],
         id="ipv6-address-with-only-ipv4-peers",
     ),
+    # --- serviceSelectors: an advertisement carries only the Services it selects ---
+    pytest.param(
+        config(pools=[V4], peers=[TOR4], advertisements=[adv(services=[selector(app="web")])]),
+        cluster([svc(S, "198.51.100.1", labels={"app": "web"})], [eps(S, ep("n1"))], [N1]),
+        one(),
+        [],
+        id="serviceSelectors-match-announces",
+    ),
+    pytest.param(
+        config(pools=[V4], peers=[TOR4], advertisements=[adv(services=[selector(app="web")])]),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        [],
+        [(S, SkipReason.NO_MATCHING_ADVERTISEMENT, "198.51.100.1")],
+        id="serviceSelectors-miss-is-noMatchingAdvertisement",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[adv(services=[selector(app="web"), selector(app="api")])],
+        ),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        one(),
+        [],
+        id="serviceSelectors-any-selector-matches",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[
+                adv("web", services=[selector(app="web")], communities=["65000:1"]),
+                adv("all", communities=["65000:2"]),
+            ],
+        ),
+        cluster([svc(S, "198.51.100.1", labels={"app": "api"})], [eps(S, ep("n1"))], [N1]),
+        [("tor-a", "198.51.100.1/32", (S,), (("65000:2",), (), None, None))],
+        [],
+        id="serviceSelectors-unselected-advertisement-adds-nothing",
+    ),
+    # An aggregate carries each Service through the advertisements that select it: both
+    # advertisements' communities while both Services are in it...
+    pytest.param(
+        BY_APP,
+        cluster(
+            APP_SERVICES,
+            [eps(S, ep("n1")), eps(T, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (T, S), (("65000:1", "65000:2"), (), None, None))],
+        [],
+        id="serviceSelectors-aggregate-merges-selected-advertisements",
+    ),
+    # ... and only the advertisement of the Service still announced once the other is not.
+    pytest.param(
+        BY_APP,
+        cluster(
+            APP_SERVICES,
+            [eps(S, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (S,), (("65000:1",), (), None, None))],
+        [(T, SkipReason.NO_ENDPOINTS, None)],
+        id="serviceSelectors-aggregate-drops-attributes-of-absent-service",
+    ),
+    pytest.param(
+        config(
+            pools=[V4],
+            peers=[TOR4],
+            advertisements=[adv(services=[selector(app="web")], aggregation_length=24)],
+        ),
+        cluster(
+            [svc(S, "198.51.100.1", labels={"app": "web"}), svc(T, "198.51.100.2")],
+            [eps(S, ep("n1")), eps(T, ep("n1"))],
+            [N1],
+        ),
+        [("tor-a", "198.51.100.0/24", (S,), PLAIN)],
+        [(T, SkipReason.NO_MATCHING_ADVERTISEMENT, "198.51.100.2")],
+        id="serviceSelectors-aggregate-carries-only-selected-services",
+    ),
     # --- aggregation and merging ---
     pytest.param(
         config(pools=[V4], peers=[TOR4], advertisements=[adv(aggregation_length=24)]),
@@ -549,8 +653,10 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
                 [eps(S, ep("n1"))],
                 [N1],
             ),
-            "kube-bgpd.io/communities: '65000:70000': second half 70000 is out of range (0-65535)",
-            id="annotation-error-names-annotation",
+            "kube-bgpd.io/communities: '65000:70000': second half 70000 is out of range "
+            "(0-65535); accepted: a comma list of a:b, large:a:b:c, a well-known name such as "
+            "no-export, or a Community alias",
+            id="annotation-error-names-annotation-and-syntax",
         ),
         pytest.param(
             BASE,
@@ -602,6 +708,20 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
             "no loadBalancerClass; this speaker serves class kube-bgpd.io/bgp",
             id="class-less-detail",
         ),
+        pytest.param(
+            config(
+                pools=[V4],
+                peers=[TOR4],
+                advertisements=[
+                    adv("web", services=[selector(app="web")]),
+                    adv("v6", pools=["v6"]),
+                ],
+            ),
+            cluster([svc(S, "198.51.100.1")], [eps(S, ep("n1"))], [N1]),
+            "BGPAdvertisement web select pool v4 but their serviceSelectors do not match the "
+            "Service's labels",
+            id="serviceSelectors-detail",
+        ),
     ],
 )
 def test_skip_detail_says_why(cfg: Config, snapshot: ClusterSnapshot, detail: str) -> None:
@@ -644,3 +764,98 @@ def test_ten_thousand_services_decide_fast() -> None:
     assert len(decision.routes) == 2 * announced
     assert len(decision.skipped) == 10_000 - announced
     assert elapsed < 30.0, f"decide took {elapsed:.2f} s"
+
+
+# --------------------------------------------------------------------------- last valid
+
+LP_TYPO = svc(S, "198.51.100.1", annotations={ANNOTATION_LOCAL_PREF: "high"})
+LP_SYNTAX = (
+    "kube-bgpd.io/local-pref: 'high': value 'high' is not a number; accepted: an unsigned "
+    "32-bit integer (0-4294967295)"
+)
+KEPT = RouteAttributes(communities=("65000:1",), local_pref=200)
+
+LAST_VALID = [
+    pytest.param(
+        {},
+        [],
+        [(S, SkipReason.INVALID_ANNOTATION, LP_SYNTAX)],
+        [],
+        id="new-service-with-typo-is-not-announced",
+    ),
+    pytest.param(
+        {S: KEPT},
+        [("tor-a", "198.51.100.1/32", (S,), (("65000:1",), (), 200, None))],
+        [],
+        [
+            (
+                S,
+                NoticeReason.ANNOTATION_KEPT,
+                f"{LP_SYNTAX}; keeping the attributes of the last valid annotations",
+            )
+        ],
+        id="announced-service-with-typo-keeps-last-valid-attributes",
+    ),
+    pytest.param(
+        {T: KEPT},
+        [],
+        [(S, SkipReason.INVALID_ANNOTATION, LP_SYNTAX)],
+        [],
+        id="another-services-attributes-are-not-used",
+    ),
+]
+
+
+@pytest.mark.parametrize(("last_valid", "routes", "skips", "notices"), LAST_VALID)
+def test_invalid_annotation_keeps_last_valid_attributes(
+    last_valid: dict[ServiceKey, RouteAttributes],
+    routes: Routes,
+    skips: list[tuple[str, SkipReason, str]],
+    notices: list[tuple[str, NoticeReason, str]],
+) -> None:
+    """A typo must not withdraw a Service: with its last valid attributes it stays
+    announced with them and a notice; a Service never valid is not announced."""
+    snapshot = cluster([LP_TYPO], [eps(S, ep("n1"))], [N1])
+    got = decide(
+        config(pools=[V4], peers=[TOR4], advertisements=[adv()]),
+        snapshot,
+        NodeName("n1"),
+        last_valid=last_valid,
+    )
+    assert route_table(got.routes) == routes
+    assert [(s.service, s.reason, s.detail) for s in got.skipped] == skips
+    assert [(n.service, n.reason, n.detail) for n in got.notices] == notices
+
+
+def test_remember_attributes_keeps_the_last_valid_ones_until_the_service_goes() -> None:
+    cfg = config(pools=[V4], peers=[TOR4], advertisements=[adv()])
+    good = svc(S, "198.51.100.1", annotations={ANNOTATION_LOCAL_PREF: "200"})
+    first = remember_attributes(cfg, cluster([good], [], [N1]), {})
+    assert first == {S: RouteAttributes(local_pref=200)}
+    assert remember_attributes(cfg, cluster([LP_TYPO], [], [N1]), first) == first
+    assert remember_attributes(cfg, cluster([], [], [N1]), first) == {}
+
+
+def test_local_pref_annotation_to_ebgp_peer_is_a_notice() -> None:
+    isp = peer("isp", "172.31.250.9", peer_asn=65001)
+    got = decide(
+        config(pools=[V4], peers=[TOR4, isp], advertisements=[adv()]),
+        cluster(
+            [svc(S, "198.51.100.1", annotations={ANNOTATION_LOCAL_PREF: "300"})],
+            [eps(S, ep("n1"))],
+            [N1],
+        ),
+        NodeName("n1"),
+    )
+    assert [(r.peer, r.attributes.local_pref) for r in got.routes] == [
+        ("isp", None),
+        ("tor-a", 300),
+    ]
+    assert [(n.service, n.reason, n.detail) for n in got.notices] == [
+        (
+            S,
+            NoticeReason.ATTRIBUTE_NOT_SENT,
+            "kube-bgpd.io/local-pref 300 is not sent to eBGP peers isp: LOCAL_PREF is for "
+            "iBGP peers only (RFC 4271 5.1.5)",
+        )
+    ]

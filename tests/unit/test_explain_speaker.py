@@ -21,6 +21,8 @@ from bgpd.explain import decision_from_json, decision_json, explain, explain_tab
 from bgpd.model import (
     Decision,
     NodeName,
+    Notice,
+    NoticeReason,
     PeerName,
     Route,
     RouteAttributes,
@@ -32,6 +34,10 @@ from bgpd.objects import parse_cluster_dump
 
 WEB, API = ServiceKey("default/web"), ServiceKey("default/api")
 R1, R2 = PeerName("router-1"), PeerName("router-2")
+KEPT_DETAIL = (
+    "kube-bgpd.io/local-pref: 'high': value 'high' is not a number; accepted: an unsigned "
+    "32-bit integer (0-4294967295); keeping the attributes of the last valid annotations"
+)
 ATTRS = RouteAttributes(communities=("65000:1",), large_communities=("1:2:3",), local_pref=50)
 
 
@@ -64,6 +70,17 @@ ATTRS = RouteAttributes(communities=("65000:1",), large_communities=("1:2:3",), 
             ),
             id="routes-shared-ip-v6-skips",
         ),
+        pytest.param(
+            Decision(
+                node=NodeName("n1"),
+                routes=(Route(R1, ipaddress.ip_network("10.99.100.1/32"), ATTRS, (WEB,)),),
+                notices=(
+                    Notice(WEB, NoticeReason.ANNOTATION_KEPT, KEPT_DETAIL),
+                    Notice(WEB, NoticeReason.ATTRIBUTE_NOT_SENT, "local-pref 50 to isp"),
+                ),
+            ),
+            id="notices",
+        ),
     ],
 )
 def test_round_trip_through_json_text(decision: Decision) -> None:
@@ -71,6 +88,20 @@ def test_round_trip_through_json_text(decision: Decision) -> None:
     back = decision_from_json(json.loads(text))
     assert back == decision
     assert explain_table([back]) == explain_table([decision])
+
+
+def test_table_shows_notices() -> None:
+    decision = Decision(
+        node=NodeName("n1"),
+        routes=(Route(R1, ipaddress.ip_network("10.99.100.1/32"), ATTRS, (WEB,)),),
+        notices=(Notice(WEB, NoticeReason.ANNOTATION_KEPT, KEPT_DETAIL),),
+    )
+    assert explain_table([decision]).splitlines()[-3:] == [
+        "  notices (announced as shown above):",
+        "  SERVICE      REASON                 DETAIL",
+        f"  default/web  invalidAnnotationKept  {KEPT_DETAIL}",
+    ]
+    assert explain_table([decision], ServiceKey("default/api")).count("notices") == 0
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Hypothesis properties of decide(): deterministic (also under any input order) and never
-announcing an IP that no advertisement selects for that peer on that node."""
+announcing an IP that no advertisement selects (pool, node, Service) for that peer on that
+node."""
 
 from __future__ import annotations
 
@@ -13,10 +14,12 @@ from hypothesis import strategies as st
 from bgpd.bandwidth import serving_endpoints
 from bgpd.decision import (
     ANNOTATION_COMMUNITIES,
+    ANNOTATION_LOCAL_PREF,
     ANNOTATION_MED,
     EXCLUDE_LB_LABEL,
     Decider,
     decide,
+    remember_attributes,
 )
 from bgpd.model import (
     BGPAdvertisement,
@@ -28,13 +31,22 @@ from bgpd.model import (
     Node,
     NodeName,
     PeerName,
+    RouteAttributes,
     Service,
     ServiceKey,
+    SkipReason,
     TrafficPolicy,
     selectors_match,
 )
 from bgpd.objects import build_snapshot
-from k8s_watcher.writer import AnnouncementEvents, EventRecorder, EventType, ObjectRef
+from k8s_watcher.writer import (
+    REASON_ANNOUNCING,
+    REASON_NOT_ANNOUNCING,
+    AnnouncementEvents,
+    EventRecorder,
+    EventType,
+    ObjectRef,
+)
 
 POOLS = [
     pool("a", "198.51.100.0/28", labels={"tier": "web"}),
@@ -61,6 +73,11 @@ PEERS = [
 ]
 NODE_NAMES = ["n1", "n2", "n3"]
 racks = st.sampled_from([None, None, "r1", "r2"])
+#: A Service's app label (None: no label) and an advertisement's serviceSelectors.
+apps = st.sampled_from([None, "web", "web", "api"])
+service_selectors = st.sampled_from(
+    [(), (), (selector(app="web"),), (selector(app="web"), selector(app="api"))]
+)
 
 
 def rack_selectors(rack: str | None) -> tuple[object, ...]:
@@ -96,6 +113,7 @@ def configs(draw: st.DrawFn) -> Config:
             local_pref=draw(st.none() | st.integers(0, 500)),
             link_bandwidth=draw(st.none() | st.sampled_from([1, 125_000])),
             max_nodes=draw(st.none() | st.integers(1, 3)),
+            services=draw(service_selectors),
         )
         for i in range(draw(st.integers(1, 3)))
     ]
@@ -139,6 +157,9 @@ def snapshots(draw: st.DrawFn) -> tuple[list[Service], list[EndpointSlice], list
             )
         if draw(st.integers(0, 3)) == 0:
             annotations[ANNOTATION_MED] = draw(st.sampled_from(["0", "10", "20", "x"]))
+        if draw(st.integers(0, 3)) == 0:
+            # "high": the typo that must keep a Service's last valid attributes.
+            annotations[ANNOTATION_LOCAL_PREF] = draw(st.sampled_from(["150", "high"]))
         services.append(
             svc(
                 key,
@@ -154,6 +175,7 @@ def snapshots(draw: st.DrawFn) -> tuple[list[Service], list[EndpointSlice], list
                 type="ClusterIP" if draw(st.integers(0, 7)) == 0 else "LoadBalancer",
                 lb_class="other.io/lb" if draw(st.integers(0, 7)) == 0 else None,
                 annotations=annotations,
+                labels={} if (app := draw(apps)) is None else {"app": app},
             )
         )
         for j in range(draw(st.integers(1, 2))):
@@ -238,6 +260,7 @@ def test_every_route_is_backed_by_an_advertisement(
                 if (p := cfg.pool_of(ip)) is not None
                 for a in cfg.advertisements
                 if _allowed(a, p.name, here.labels)
+                and selectors_match(a.service_selectors, service.labels)
                 and (not a.peers or route.peer in a.peers)
                 and ipaddress.ip_network(
                     (
@@ -307,15 +330,17 @@ def test_incremental_decider_equals_decide_at_every_step(
     cfgs, states, steps = walk
     decider = Decider()
     built: dict[tuple[int, ...], ClusterSnapshot] = {}
+    last_valid: dict[ServiceKey, RouteAttributes] = {}
     for cfg_index, at, mix in steps:
         if mix not in built:
             built[mix] = _mixed(states, mix)
         # The same snapshot object again where a step repeats a mix: identity hits.
         snapshot = built[mix]
         cfg = cfgs[cfg_index]
-        expected = decide(cfg, snapshot, NodeName(at))
+        expected = decide(cfg, snapshot, NodeName(at), last_valid=last_valid)
         assert decider.decide(cfg, snapshot, NodeName(at)) == expected
         assert decider.desired() == expected.by_peer()
+        last_valid = remember_attributes(cfg, snapshot, last_valid)
 
 
 def _route_changes(old: Decision | None, new: Decision) -> dict[PeerName, set[IPNetwork]]:
@@ -347,6 +372,7 @@ def test_dirty_key_decider_equals_decide_at_every_step(
     cfgs, states, steps = walk
     decider = Decider()
     previous: tuple[ClusterSnapshot, Decision, Config, str] | None = None
+    last_valid: dict[ServiceKey, RouteAttributes] = {}
     for cfg_index, at, mix in steps:
         snapshot = _mixed(states, mix)
         cfg = cfgs[cfg_index]
@@ -357,7 +383,8 @@ def test_dirty_key_decider_equals_decide_at_every_step(
         if previous is None:
             # The first decide() walks everything whatever it is told.
             changed = {ServiceKey(k) for k in extra}
-        expected = decide(cfg, snapshot, NodeName(at))
+        expected = decide(cfg, snapshot, NodeName(at), last_valid=last_valid)
+        last_valid = remember_attributes(cfg, snapshot, last_valid)
         got = decider.decide(cfg, snapshot, NodeName(at), changed=changed)
         assert got == expected
         assert decider.desired() == expected.by_peer()
@@ -440,9 +467,37 @@ def test_announcement_events_follow_the_decisions(
         for i in range(2):
             before = len(collectors[i].seen)
             events[i].observe(previous[i], made[i], everything)
+            seen = collectors[i].seen[before:]
             got = [
                 (name, reason, message.split("to peers ")[1] if "to peers" in message else "")
-                for name, reason, message in collectors[i].seen[before:]
+                for name, reason, message in seen
+                if reason in _MOVES
             ]
             assert got == _expected_events(previous[i], made[i])
+            warned = [(name, reason) for name, reason, _ in seen if reason not in _MOVES]
+            assert warned == _expected_warnings(previous[i], made[i])
             previous[i] = made[i]
+
+
+_MOVES = (REASON_ANNOUNCING, REASON_NOT_ANNOUNCING)
+
+
+def _expected_warnings(old: Decision | None, new: Decision) -> list[tuple[str, str]]:
+    """Warning Events by their definition: the notices and invalidAnnotation skips of
+    `new` that `old` did not have (same Service, reason and detail), sorted."""
+
+    def warnings(d: Decision | None) -> set[tuple[str, str, str]]:
+        if d is None:
+            return set()
+        out = {(n.service, n.reason.value, n.detail) for n in d.notices}
+        out |= {
+            (s.service, s.reason.value, s.detail)
+            for s in d.skipped
+            if s.reason is SkipReason.INVALID_ANNOTATION
+        }
+        return out
+
+    return [
+        ("s" + key.split("/s")[1], reason)
+        for key, reason, _ in sorted(warnings(new) - warnings(old))
+    ]
