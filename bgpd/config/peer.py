@@ -196,7 +196,8 @@ PEER_V1BETA1: Final = KindTable(
     deprecation="v1beta1 is deprecated, please use v1beta2",
 )
 _PEER_UNSUPPORTED: Final = {
-    "localASN": "MetalLB's BGPPeer has no localASN; the local AS is myASN",
+    "localASN": "every BGPPeer has its own myASN, which is the session's local AS; set myASN "
+    "to this value",
     "interface": "ExaBGP has no BGP unnumbered (it cannot learn the router's link-local "
     "address from an interface); set peerAddress to an address of the router",
     "vrf": "kube-bgpd opens every session, chooses its local address and listens in the "
