@@ -36,6 +36,7 @@ Pure: `generate` returns JSON-ready dicts; only `main` writes.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sys
@@ -91,7 +92,8 @@ _CONDITION: Final[dict[str, Any]] = {
 #: The status of kube-bgpd's own kinds: conditions keyed by type.
 _OWN_STATUS: Final[dict[str, Any]] = {
     "type": "object",
-    "description": "Written by kube-bgpd: whether the configuration was accepted.",
+    "description": "Written by kube-bgpd: the condition Accepted says whether this "
+    "object's configuration is in force, and why not.",
     "properties": {
         "conditions": {
             "type": "array",
@@ -271,7 +273,7 @@ def version_schema(table: KindTable) -> dict[str, Any]:
         api=None if table.spec_api is None else Api(rules=table.spec_api.rules),
     )
     if own:
-        status: dict[str, Any] = _OWN_STATUS
+        status: dict[str, Any] = copy.deepcopy(_OWN_STATUS)
     elif table.status is not None:
         status = field_schema(table.status, own=False)
     else:
