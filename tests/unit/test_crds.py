@@ -21,6 +21,7 @@ import yaml
 
 from bgpd.config import crds
 from bgpd.config.documents import KINDS, parse_documents
+from bgpd.config.peer import PEER_V1BETA2
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "deploy" / "kubernetes" / "crds"
@@ -306,3 +307,24 @@ def test_bgppeer_with_the_api_servers_defaults_loads() -> None:
     refused = parse_documents([("a", pool), ("b", peer(True))])
     assert refused.config is None
     assert [e.where for e in refused.errors] == ["BGPPeer tor: spec.disableMP"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        pytest.param(f.name, True if f.type == "boolean" else 1 if f.type == "integer" else "x")
+        for f in PEER_V1BETA2.api_only
+    ],
+)
+def test_fields_only_the_api_has_are_refused_with_a_reason(name: str, value: object) -> None:
+    """Each field the CRD keeps for MetalLB and the loader cannot honour gets the loader's
+    `not supported: <why>`, never `unknown field`."""
+    doc = {
+        "apiVersion": "metallb.io/v1beta2",
+        "kind": "BGPPeer",
+        "metadata": {"name": "tor"},
+        "spec": {"myASN": 64512, "peerASN": 64513, "peerAddress": "192.0.2.1", name: value},
+    }
+    result = parse_documents([("a", doc)])
+    [error] = [e for e in result.errors if e.where.endswith(f"spec.{name}")]
+    assert error.message.startswith("not supported: ")
