@@ -15,6 +15,9 @@ import argparse
 import os
 import sys
 
+#: Exit codes (docs/operations.md): 0 stopped; 1 failed to start or while running (the
+#: cluster dump, credentials, the listener, a task); 2 usage or invalid config.
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 
 
@@ -89,6 +92,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
+    problem = _preflight(args)
+    if problem is not None:
+        print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+        return EXIT_FAILED
+
     options = SourceOptions(
         node=NodeName(args.node_name),
         cluster_file=Path(args.cluster_file) if args.cluster_file else None,
@@ -130,6 +138,55 @@ def run(args: argparse.Namespace) -> int:
         )
         return await speaker.run()
 
+    from bgpd.speaker.app import StartupError
+    from k8s_watcher.errors import CredentialsError
+
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)
-    return asyncio.run(main())
+    lines: list[str] = []
+    try:
+        try:
+            return asyncio.run(main())
+        except* CredentialsError as group:
+            # Credentials that worked at start can stop working (a rotated token file).
+            lines.extend(str(e) for e in _leaves(group))
+    except StartupError as exc:
+        lines.append(str(exc))
+    for line in dict.fromkeys(lines):
+        print(f"kube-bgpd speaker: {line}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _preflight(args: argparse.Namespace) -> str | None:
+    """What stops the speaker before it starts, as one line, or None: the cluster dump
+    (a bad one at start is an error; a bad one later keeps the last good snapshot), or
+    the Kubernetes credentials (a missing or garbage kubeconfig does not fix itself)."""
+    import asyncio
+
+    if args.cluster_file:
+        from bgpd.objects import DumpError, parse_dump
+
+        try:
+            with open(args.cluster_file, encoding="utf-8") as fh:
+                parse_dump(fh.read())
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return f"cannot read cluster file {args.cluster_file}: {reason}"
+        except DumpError as exc:
+            return f"cluster file {args.cluster_file}: {exc}"
+        return None
+    from k8s_watcher.client import load_configuration
+    from k8s_watcher.errors import CredentialsError
+
+    try:
+        asyncio.run(load_configuration(args.kubeconfig))
+    except CredentialsError as exc:
+        return exc.message
+    return None

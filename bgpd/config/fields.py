@@ -66,6 +66,9 @@ class Field:
     default: Any = NO_DEFAULT
     description: str = ""
     ignored: bool = False
+    #: A duration's upper bound in seconds (the schema's `x-kube-bgpd-max-seconds`; the
+    #: parser refuses more). Every duration field has one.
+    max_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,14 @@ def field(fields: Iterable[Field], name: str) -> Field:
         if f.name == name:
             return f
     raise KeyError(name)
+
+
+def max_seconds(fields: Iterable[Field], name: str) -> int:
+    """The bound of the duration field `name` (KeyError/ValueError: a table bug)."""
+    bound = field(fields, name).max_seconds
+    if bound is None:
+        raise ValueError(f"duration field {name} has no max_seconds")
+    return bound
 
 
 def bounds(f: Field) -> tuple[int, int]:
