@@ -1,0 +1,244 @@
+"""The real `kube-bgpd validate`, `explain` and `speaker` processes against hostile or
+clumsy input (issue 15 items 4, 5, 12, 15): each bad input ends as named one-line errors
+with the documented exit code, no traceback, and a password never appears in any output.
+
+The speaker cases all fail before ExaBGP starts (the preflight, the listener), so no
+session is opened and nothing leaves the host."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+SECRET = "Xy7-s3cr3t-md5"
+
+POOL = """\
+apiVersion: metallb.io/v1beta1
+kind: IPAddressPool
+metadata: {name: services}
+spec: {addresses: [10.99.100.0/24]}
+"""
+PEER = """\
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor}
+spec:
+  myASN: 64512
+  peerASN: 64500
+  peerAddress: 127.0.0.1
+  peerPort: 1
+  HOLD
+"""
+ADV = """\
+apiVersion: metallb.io/v1beta1
+kind: BGPAdvertisement
+metadata: {name: services}
+spec: {ipAddressPools: [services]}
+"""
+GOOD = "---\n".join([POOL, PEER.replace("HOLD", "holdTime: 9s"), ADV])
+BOMB = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+)
+DUMP = "apiVersion: v1\nkind: List\nitems: []\n"
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [KUBE_BGPD, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def assert_clean(out: subprocess.CompletedProcess[str]) -> None:
+    both = out.stdout + out.stderr
+    assert "Traceback" not in both, both
+    assert "ExceptionGroup" not in both, both
+    assert SECRET not in both
+    assert SECRET[:6] not in both
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        pytest.param(
+            GOOD.replace("holdTime: 9s", "holdTime: !!timestamp 2001-12-14"),
+            "not a date",
+            id="timestamp",
+        ),
+        pytest.param(
+            GOOD.replace("holdTime: 9s", "holdTime: !!python/object:os.system x"),
+            "could not determine a constructor",
+            id="python-tag",
+        ),
+        pytest.param(
+            GOOD.replace(
+                "holdTime: 9s",
+                "nodeSelectors: [{matchExpressions: [{key: a, operator: {x: 1}}]}]",
+            ),
+            "is not one of In, NotIn",
+            id="operator-mapping",
+        ),
+        pytest.param(
+            GOOD.replace("64512", "9" * 5000), "an integer of 5000 characters", id="huge-int"
+        ),
+        pytest.param(
+            GOOD.replace("holdTime: 9s", "holdTime: " + "9" * 5000 + "s"),
+            "too long",
+            id="huge-duration",
+        ),
+        pytest.param(
+            GOOD + "---\napiVersion: kube-bgpd.io/v1alpha1\nkind: SpeakerConfig\n"
+            "metadata: {name: s}\nspec: {drainWindow: 100000h}\n",
+            "spec.drainWindow: '100000h' is out of range (0-3600s)",
+            id="huge-drain-window",
+        ),
+        pytest.param(BOMB, "aliases that expand it by more than 10000 values", id="alias-bomb"),
+        pytest.param(
+            GOOD.replace("holdTime: 9s", f'password: "{SECRET}\\u0007"'),
+            "spec.password: holds a control character at position 15 (value not shown",
+            id="md5-control-char",
+        ),
+    ],
+)
+def test_validate_names_every_bad_input_in_one_line(tmp_path: Path, text: str, expect: str) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    out = run("validate", str(path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert_clean(out)
+    errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
+    assert errors and any(expect in line for line in errors), out.stdout
+    assert out.stdout.splitlines()[-1].startswith("invalid: ")
+
+
+@pytest.mark.parametrize(
+    ("dump", "expect"),
+    [
+        pytest.param("kind: List\nitems:\n- !!float 1e400\n", "", id="float-item"),
+        pytest.param(
+            "kind: List\nitems: [{kind: Service, metadata: {name: !!timestamp 2001-01-01}}]\n",
+            "(Service)",
+            id="timestamp-name",
+        ),
+        pytest.param("[" * 100_000 + "]" * 100_000, "", id="deep-json"),
+        pytest.param(
+            '{"kind": "List", "items": [' + "9" * 5000 + "]}", "an integer of", id="huge-json-int"
+        ),
+        pytest.param(BOMB, "aliases", id="alias-bomb"),
+    ],
+)
+def test_explain_names_a_bad_dump_in_one_line(tmp_path: Path, dump: str, expect: str) -> None:
+    (tmp_path / "c.yaml").write_text(GOOD)
+    (tmp_path / "d.yaml").write_text(dump)
+    out = run(
+        "explain", "--config", str(tmp_path / "c.yaml"), "--cluster", str(tmp_path / "d.yaml")
+    )
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert_clean(out)
+    [line] = out.stderr.splitlines()
+    assert line.startswith(f"kube-bgpd explain: {tmp_path / 'd.yaml'}: ")
+    assert expect in line
+
+
+def test_explain_reads_a_secret_with_non_ascii_base64_as_no_password(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(GOOD)
+    (tmp_path / "d.yaml").write_text(
+        DUMP + f"---\napiVersion: v1\nkind: Secret\nmetadata: {{name: md5}}\n"
+        f"data: {{password: 'é{SECRET}'}}\n"
+    )
+    out = run(
+        "explain",
+        "--config",
+        str(tmp_path / "c.yaml"),
+        "--cluster",
+        str(tmp_path / "d.yaml"),
+        "--node",
+        "n1",
+    )
+    assert out.returncode == 0, out.stderr
+    assert_clean(out)
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+def speaker(tmp_path: Path, *extra: str, config: str = GOOD) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "c.yaml").write_text(config)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700, exist_ok=True)
+    return run(
+        "speaker",
+        "--config",
+        str(tmp_path / "c.yaml"),
+        "--node-name",
+        "n1",
+        "--work-dir",
+        str(work),
+        *extra,
+    )
+
+
+def test_speaker_start_up_errors_are_one_line_each(tmp_path: Path, busy_port: int) -> None:
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_text("apiVersion: v1\nclusters: [\n")
+    dump = tmp_path / "d.yaml"
+    cases = {
+        "missing kubeconfig": (
+            ["--kubeconfig", str(tmp_path / "nope")],
+            f"kube-bgpd speaker: kubeconfig {tmp_path / 'nope'} does not exist",
+        ),
+        "garbage kubeconfig": (
+            ["--kubeconfig", str(garbage)],
+            f"kube-bgpd speaker: cannot load Kubernetes credentials from kubeconfig {garbage}: ",
+        ),
+        "bad dump": (
+            ["--cluster-file", str(dump)],
+            f"kube-bgpd speaker: cluster file {dump}: not valid YAML: ",
+        ),
+        "missing dump": (
+            ["--cluster-file", str(tmp_path / "none.yaml")],
+            f"kube-bgpd speaker: cannot read cluster file {tmp_path / 'none.yaml'}: ",
+        ),
+        "port in use": (
+            [
+                "--cluster-file",
+                str(tmp_path / "good.yaml"),
+                "--metrics-address",
+                f"127.0.0.1:{busy_port}",
+            ],
+            f"kube-bgpd speaker: cannot listen on 127.0.0.1:{busy_port} (metrics, health, "
+            "status): ",
+        ),
+    }
+    dump.write_text("kind: List\nitems: [\n")
+    (tmp_path / "good.yaml").write_text(DUMP)
+    for what, (extra, start) in cases.items():
+        out = speaker(tmp_path, *extra)
+        assert out.returncode == 1, (what, out.stderr)
+        assert_clean(out)
+        [line] = out.stderr.splitlines()
+        assert line.startswith(start), (what, line)
+
+
+def test_speaker_never_prints_an_invalid_password(tmp_path: Path) -> None:
+    out = speaker(
+        tmp_path,
+        "--cluster-file",
+        str(tmp_path / "d.yaml"),
+        config=GOOD.replace("holdTime: 9s", f'password: "{SECRET}\\n"'),
+    )
+    assert out.returncode == 2
+    assert_clean(out)
+    assert "spec.password: holds a control character" in out.stderr
