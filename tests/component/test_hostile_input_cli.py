@@ -114,7 +114,7 @@ def test_validate_names_every_bad_input_in_one_line(tmp_path: Path, text: str, e
     assert out.returncode == 1, out.stdout + out.stderr
     assert_clean(out)
     errors = [line for line in out.stdout.splitlines() if line.startswith("error: ")]
-    assert errors and any(expect in line for line in errors), out.stdout
+    assert any(expect in line for line in errors), out.stdout
     assert out.stdout.splitlines()[-1].startswith("invalid: ")
 
 
