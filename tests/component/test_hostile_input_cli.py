@@ -242,3 +242,73 @@ def test_speaker_never_prints_an_invalid_password(tmp_path: Path) -> None:
     assert out.returncode == 2
     assert_clean(out)
     assert "spec.password: holds a control character" in out.stderr
+
+
+def readyz(port: int) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""
+
+
+def test_a_node_name_that_matches_no_node_is_not_ready_until_it_appears(tmp_path: Path) -> None:
+    """Issue 15 item 16: `--node-name n1` with a cluster holding only n2 logs
+    speaker.node_missing naming the flag, and /readyz answers 503 saying so, until n1
+    appears. The only peer is 127.0.0.1:1 (nothing listens): no traffic leaves the host."""
+    from kbgpd_lab.kit.waiting import wait_until
+    from kbgpd_lab.lab.speakerfiles import cluster_list, node_item
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dump = tmp_path / "d.yaml"
+    dump.write_text(cluster_list([node_item("n2", "127.0.0.2")]))
+    (tmp_path / "c.yaml").write_text(GOOD)
+    work = tmp_path / "work"
+    work.mkdir(mode=0o700)
+    log = tmp_path / "speaker.log"
+    argv = [
+        KUBE_BGPD,
+        "speaker",
+        "--config",
+        str(tmp_path / "c.yaml"),
+        "--node-name",
+        "n1",
+        "--work-dir",
+        str(work),
+        "--cluster-file",
+        str(dump),
+        "--metrics-address",
+        f"127.0.0.1:{port}",
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _code, why = wait_until(
+            lambda: (got := readyz(port))[0] == 503 and "no Node named" in got[1] and got,
+            within=60,
+            what="/readyz naming the missing node",
+            details=lambda: log.read_text(errors="replace")[-2000:],
+        )
+        assert "'n1'" in why
+        assert "--node-name" in why
+        text = log.read_text()
+        assert "speaker.node_missing flag=--node-name node=n1" in text
+        dump.write_text(cluster_list([node_item("n1", "127.0.0.1"), node_item("n2", "127.0.0.2")]))
+        wait_until(
+            lambda: "no Node named" not in readyz(port)[1] and readyz(port)[0] != 0,
+            within=60,
+            what="/readyz no longer naming the node",
+            details=lambda: log.read_text(errors="replace")[-2000:],
+        )
+        wait_until(lambda: "speaker.node_found" in log.read_text(), within=30, what="node_found")
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert "Traceback" not in log.read_text()

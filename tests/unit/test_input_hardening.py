@@ -185,3 +185,52 @@ def test_readiness_names_a_missing_node(inputs: dict[str, object], ok: bool, why
     assert why in got_why
     if "node_missing" in inputs and inputs["synced"]:
         assert "--node-name" in got_why
+
+
+@pytest.mark.parametrize(
+    ("status", "hint"),
+    [
+        pytest.param(401, "credentials rejected", id="401"),
+        pytest.param(403, "forbidden: check the speaker's RBAC", id="403"),
+    ],
+)
+async def test_a_refused_list_is_logged_as_retried_with_a_hint(
+    status: int, hint: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 15 item 15: the informer retries a 401/403, so its line must not say giveUp."""
+    import asyncio
+    import logging
+    from typing import Any, cast
+
+    from k8s_watcher.errors import error_from_status
+    from k8s_watcher.informer import SERVICES, Informer, InformerTiming
+
+    third = asyncio.Event()
+
+    class Refusing:
+        calls = 0
+
+        async def request(self, *_args: object, **_kw: object) -> dict[str, Any]:
+            Refusing.calls += 1
+            if Refusing.calls >= 3:
+                third.set()
+            raise error_from_status(status, {"reason": "Forbidden"}, what="list services")
+
+    informer = Informer(
+        cast(Any, Refusing()),
+        SERVICES,
+        lambda *_: None,
+        timing=InformerTiming(backoff_initial=0.01, backoff_max=0.02),
+    )
+    caplog.set_level(logging.WARNING, logger="k8s_watcher.informer")
+    task = asyncio.create_task(informer.run())
+    await asyncio.wait_for(third.wait(), 30)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    contexts = [getattr(r, "kube_bgpd_context", {}) for r in caplog.records]
+    retries = [
+        c for r, c in zip(caplog.records, contexts, strict=True) if r.msg == "informer.retry"
+    ]
+    assert retries
+    assert all(c["outcome"] == "retry" and hint in c["hint"] for c in retries)
