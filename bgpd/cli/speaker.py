@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 #: Exit codes (docs/operations.md): 0 stopped; 1 failed to start or while running (the
 #: cluster dump, credentials, the listener, a task); 2 usage or invalid config.
@@ -48,7 +49,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from prometheus_client import CollectorRegistry
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
-    problem = work_dir_problem(work_dir)
+    problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
     if problem is not None:
         print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
         return EXIT_CONFIG
@@ -162,6 +162,18 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
+
+
+def _work_dir_unusable(work_dir: Path) -> str | None:
+    """Why the work directory cannot be created or written (a file in its place, a
+    read-only mount, no permission), as one line, or None."""
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        return f"work directory {work_dir} is unusable: {exc.strerror or exc}"
+    if not os.access(work_dir, os.W_OK | os.X_OK):
+        return f"work directory {work_dir} is unusable: not writable by this user"
+    return None
 
 
 def _preflight(args: argparse.Namespace) -> str | None:

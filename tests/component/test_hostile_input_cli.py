@@ -312,3 +312,28 @@ def test_a_node_name_that_matches_no_node_is_not_ready_until_it_appears(tmp_path
         proc.terminate()
         proc.wait(30)
     assert "Traceback" not in log.read_text()
+
+
+def test_an_unusable_work_dir_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "c.yaml").write_text(GOOD)
+    (tmp_path / "d.yaml").write_text(DUMP)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    out = run(
+        "speaker",
+        "--config",
+        str(tmp_path / "c.yaml"),
+        "--node-name",
+        "n1",
+        "--cluster-file",
+        str(tmp_path / "d.yaml"),
+        "--work-dir",
+        str(blocker),
+        "--metrics-address",
+        "127.0.0.1:0",
+    )
+    assert out.returncode == 2
+    assert_clean(out)
+    assert out.stderr.splitlines() == [
+        f"kube-bgpd speaker: work directory {blocker} is unusable: File exists"
+    ]
