@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         return await speaker.run()
 
     from bgpd.speaker.app import StartupError
-    from k8s_watcher.errors import CredentialsError
+    from k8s_watcher.errors import KubernetesError
 
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)
@@ -147,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         try:
             return asyncio.run(main())
-        except* CredentialsError as group:
-            # Credentials that worked at start can stop working (a rotated token file).
+        except* KubernetesError as group:
+            # Credentials that worked at start can stop working (a rotated token file),
+            # and a refusal the source does not retry (a Secret it may not read) ends it.
             lines.extend(str(e) for e in _leaves(group))
     except StartupError as exc:
         lines.append(str(exc))

@@ -234,3 +234,40 @@ async def test_a_refused_list_is_logged_as_retried_with_a_hint(
     ]
     assert retries
     assert all(c["outcome"] == "retry" and hint in c["hint"] for c in retries)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param("kind: List\nitems:\n- !!python/object:os.system x\n", id="python-tag"),
+        pytest.param("[" * 100_000 + "]" * 100_000, id="deep-json"),
+        pytest.param('{"kind": "List", "items": [' + "9" * 5000 + "]}", id="huge-json-int"),
+        pytest.param(
+            "kind: List\nitems: [{kind: Node, metadata: {name: !!float 1e400}}]\n", id="float-name"
+        ),
+        pytest.param(b"\xff\xfe".decode("latin-1"), id="not-utf8"),
+    ],
+)
+def test_a_bad_cluster_file_on_reload_keeps_the_last_good_snapshot(
+    tmp_path: Path, bad: str
+) -> None:
+    """Issue 15 item 5: the file source keeps its snapshot, turns stale and names the error."""
+    from bgpd.clusterfile import ClusterFileSource
+
+    path = tmp_path / "d.yaml"
+    path.write_text(
+        "kind: List\nitems:\n- {kind: Node, metadata: {name: n1}, status: {addresses: "
+        "[{type: InternalIP, address: 127.0.0.1}]}}\n"
+    )
+    source = ClusterFileSource(path)
+    source.reload()
+    assert source.synced
+    assert not source.stale
+    good = source.snapshot()
+    assert list(good.nodes) == ["n1"]
+    path.write_bytes(bad.encode("latin-1") if bad.startswith("\xff") else bad.encode())
+    source.reload()
+    assert source.stale
+    assert source.snapshot() is good
+    assert source.error
+    assert "\n" not in source.error
