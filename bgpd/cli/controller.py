@@ -158,7 +158,17 @@ async def _main(
     registry = CollectorRegistry()
     runner = None
     if metrics is not None:
-        runner, _ = await start_metrics_listener(registry, *metrics)
+        try:
+            runner, _ = await start_metrics_listener(registry, *metrics)
+        except OSError as exc:
+            await client.close()
+            host, port = metrics
+            print(
+                f"kube-bgpd controller: cannot listen on {host}:{port} (metrics): "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
     try:
         return await _supervise(client, config, options, registry, stop, controllers)
     finally:

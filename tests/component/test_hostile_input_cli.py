@@ -337,3 +337,41 @@ def test_an_unusable_work_dir_is_one_line(tmp_path: Path) -> None:
     assert out.stderr.splitlines() == [
         f"kube-bgpd speaker: work directory {blocker} is unusable: File exists"
     ]
+
+
+def test_controller_start_up_errors_are_one_line_each(tmp_path: Path, busy_port: int) -> None:
+    (tmp_path / "c.yaml").write_text(GOOD)
+    garbage = tmp_path / "garbage"
+    garbage.write_text("clusters: [\n")
+    # Never contacted: the listener fails first.
+    unused = tmp_path / "kubeconfig"
+    unused.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        'clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]\n'
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n"
+    )
+    cases = {
+        "garbage kubeconfig": (
+            garbage,
+            f"kube-bgpd controller: cannot load Kubernetes credentials from kubeconfig {garbage}",
+        ),
+        "port in use": (
+            unused,
+            f"kube-bgpd controller: cannot listen on 127.0.0.1:{busy_port} (metrics): ",
+        ),
+    }
+    for what, (kubeconfig, start) in cases.items():
+        out = run(
+            "controller",
+            "--config",
+            str(tmp_path / "c.yaml"),
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-address",
+            f"127.0.0.1:{busy_port}",
+        )
+        assert out.returncode == 1, (what, out.stderr)
+        assert_clean(out)
+        [line] = out.stderr.splitlines()
+        assert line.startswith(start), (what, line)
