@@ -334,6 +334,9 @@ class SpeakerConfig:
     listen: bool = False
     #: Announce only where the data plane works (kube-proxy's health answers); None: off.
     data_plane_check: DataPlaneCheck | None = None
+    #: A reload that leaves no BGPPeer or no IPAddressPool is meant (bgpd.config.emptying);
+    #: without it such a reload is refused and the running config kept.
+    allow_empty_config: bool = False
 
 
 @dataclass(frozen=True, slots=True)

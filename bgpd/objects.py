@@ -40,6 +40,7 @@ from bgpd.model import (
     TrafficPolicy,
     frozen_map,
 )
+from bgpd.untrusted import MAX_DUMP_BYTES, InputRefused, bounded_loader, check_size, load_json
 
 #: EndpointSlice label naming the Service a slice belongs to (discovery.k8s.io/v1).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -328,16 +329,30 @@ def _load_documents(text: str) -> list[Any]:
     CSafeLoader when available. Several YAML documents (`---`) are allowed, so dumps of
     several `kubectl get` runs can be concatenated."""
     stripped = text.lstrip()
+    try:
+        check_size(len(text), MAX_DUMP_BYTES)
+    except InputRefused as exc:
+        raise DumpError(f"refused: {exc}") from exc
     if stripped.startswith(("{", "[")):
         try:
-            return [json.loads(text)]
+            return [load_json(text)]
         except json.JSONDecodeError as exc:
             raise DumpError(f"not valid JSON: {exc}") from exc
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        except InputRefused as exc:
+            raise DumpError(f"refused: {exc}") from exc
     try:
-        return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=_DUMP_LOADER) if d is not None]
     except yaml.YAMLError as exc:
+        raise DumpError(f"not valid YAML: {' '.join(str(exc).split())}") from exc
+    except InputRefused as exc:
+        raise DumpError(f"refused: {exc}") from exc
+    except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+        # SafeConstructor can still fail on odd scalars (a timestamp out of range).
         raise DumpError(f"not valid YAML: {exc}") from exc
+
+
+#: libyaml's loader when available, bounded (bgpd.untrusted) like the config loader's.
+_DUMP_LOADER = bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
@@ -383,7 +398,8 @@ def secret_password(secret: Mapping[str, Any]) -> str | None:
     if isinstance(raw, str):
         try:
             return base64.b64decode(raw, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except (binascii.Error, ValueError):
+            # ValueError: non-ASCII text (b64decode refuses it); UnicodeDecodeError is one.
             return None
     string_data = secret.get("stringData")
     plain = string_data.get("password") if isinstance(string_data, Mapping) else None
@@ -441,6 +457,10 @@ def parse_dump(text: str) -> ClusterDump:
             sinks[kind].append(convert(obj))
         except ObjectError as exc:
             raise DumpError(f"{where} ({kind}): {exc}") from exc
+        except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
+            # A value of a type no accessor expects (a float port, a date, a huge
+            # number): a dump error naming the object, never a traceback.
+            raise DumpError(f"{where} ({kind}): cannot read: {type(exc).__name__}: {exc}") from exc
     return ClusterDump(
         build_snapshot(services, slices, nodes, namespaces), MappingProxyType(secrets)
     )

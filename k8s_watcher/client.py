@@ -106,11 +106,13 @@ async def load_configuration(
         else:
             kconfig.load_incluster_config(client_configuration=configuration)
             log(logger, logging.DEBUG, "k8s.credentials", source="in-cluster")
-    except kconfig.ConfigException as exc:
-        raise CredentialsError(f"cannot load Kubernetes credentials: {exc}") from exc
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        # A malformed kubeconfig surfaces as any of these from the YAML loader.
-        raise CredentialsError(f"cannot load Kubernetes credentials: {exc}") from exc
+    except Exception as exc:  # the client's loader raises anything
+        # ConfigException, or (a garbage kubeconfig, an unreadable token or CA file) a
+        # YAMLError, OSError, ValueError, KeyError, TypeError... from inside the client:
+        # all one credentials problem, said on one line naming the file.
+        where = f"kubeconfig {path}" if path is not None else "in-cluster service account"
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise CredentialsError(f"cannot load Kubernetes credentials from {where}: {cause}") from exc
     return configuration
 
 

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from bgpd.logs import log
 from bgpd.model import EndpointSlice, Namespace, Node, Service
@@ -55,6 +55,12 @@ from k8s_watcher.errors import (
     ResourceExpired,
     error_from_status,
 )
+
+#: What a refusal of our credentials most likely means, for the retry line.
+_REFUSAL_HINTS: Final = {
+    401: "credentials rejected: check the token or kubeconfig user",
+    403: "forbidden: check the speaker's RBAC (ClusterRole and binding)",
+}
 
 logger = logging.getLogger(__name__)
 
@@ -272,15 +278,21 @@ class Informer(Generic[T]):
                 self.stats.last_error = exc.message
                 self._set_state(connected=False)
                 delay = self._backoff(exc.retry_after)
+                # Every API error is retried here, a 401/403 too (RBAC or a token can be
+                # fixed while we wait), so the line says retry, never the error class's
+                # giveUp, and names the likely cause of a refusal.
                 log(
                     logger,
                     logging.WARNING,
                     "informer.retry",
                     kind=self.kind.name,
                     error=exc.message,
-                    outcome=exc.outcome,
+                    outcome="retry",
                     delay=round(delay, 3),
                     resource_version=self.resource_version,
+                    **(
+                        {"hint": _REFUSAL_HINTS[exc.status]} if exc.status in _REFUSAL_HINTS else {}
+                    ),
                 )
                 await asyncio.sleep(delay)
 

@@ -153,11 +153,22 @@ async def _main(
         print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
     controllers: list[Controller] = []
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers))
+    running = [config]
+    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers, running))
     registry = CollectorRegistry()
     runner = None
     if metrics is not None:
-        runner, _ = await start_metrics_listener(registry, *metrics)
+        try:
+            runner, _ = await start_metrics_listener(registry, *metrics)
+        except OSError as exc:
+            await client.close()
+            host, port = metrics
+            print(
+                f"kube-bgpd controller: cannot listen on {host}:{port} (metrics): "
+                f"{exc.strerror or exc}",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
     try:
         return await _supervise(client, config, options, registry, stop, controllers)
     finally:
@@ -165,21 +176,28 @@ async def _main(
             await runner.cleanup()
 
 
-def _reload(paths: list[str], controllers: list[Controller]) -> None:
-    """SIGHUP: re-read the config; a broken file keeps the running config (and says so)."""
+def _reload(paths: list[str], controllers: list[Controller], running: list[Config]) -> None:
+    """SIGHUP: re-read the config; a broken file, or one that would remove every pool
+    (bgpd.config.emptying), keeps the running config `running[0]` (and says so)."""
     import logging
 
-    from bgpd.config import ConfigError, load_config_or_raise
+    from bgpd.config.reload import reload_config
     from bgpd.logs import log
 
     logger = logging.getLogger("bgpd.cli.controller")
-    try:
-        config, _ = load_config_or_raise(paths)
-    except ConfigError as exc:
-        log(logger, logging.ERROR, "config.reload_failed", error=str(exc), keeping="running config")
+    outcome = reload_config(paths, running[0])
+    if outcome.config is None:
+        log(
+            logger,
+            logging.ERROR,
+            "config.reload_failed",
+            error=outcome.error,
+            keeping="running config",
+        )
         return
+    running[0] = outcome.config
     for controller in controllers:
-        controller.set_config(config)
+        controller.set_config(outcome.config)
     log(logger, logging.INFO, "config.reloaded")
 
 

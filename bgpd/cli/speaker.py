@@ -14,7 +14,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
+#: Exit codes (docs/operations.md): 0 stopped; 1 failed to start or while running (the
+#: cluster dump, credentials, the listener, a task); 2 usage or invalid config.
+EXIT_FAILED = 1
 EXIT_CONFIG = 2
 
 
@@ -45,7 +49,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
-    from pathlib import Path
 
     from prometheus_client import CollectorRegistry
 
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr)
     work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
-    problem = work_dir_problem(work_dir)
+    problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
     if problem is not None:
         print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
         return EXIT_CONFIG
@@ -88,6 +91,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+
+    problem = _preflight(args)
+    if problem is not None:
+        print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+        return EXIT_FAILED
 
     options = SourceOptions(
         node=NodeName(args.node_name),
@@ -130,6 +138,68 @@ def run(args: argparse.Namespace) -> int:
         )
         return await speaker.run()
 
+    from bgpd.speaker.app import StartupError
+    from k8s_watcher.errors import KubernetesError
+
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)
-    return asyncio.run(main())
+    lines: list[str] = []
+    try:
+        try:
+            return asyncio.run(main())
+        except* KubernetesError as group:
+            # Credentials that worked at start can stop working (a rotated token file),
+            # and a refusal the source does not retry (a Secret it may not read) ends it.
+            lines.extend(str(e) for e in _leaves(group))
+    except StartupError as exc:
+        lines.append(str(exc))
+    for line in dict.fromkeys(lines):
+        print(f"kube-bgpd speaker: {line}", file=sys.stderr)
+    return EXIT_FAILED
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out
+
+
+def _work_dir_unusable(work_dir: Path) -> str | None:
+    """Why the work directory cannot be created or written (a file in its place, a
+    read-only mount, no permission), as one line, or None."""
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        return f"work directory {work_dir} is unusable: {exc.strerror or exc}"
+    if not os.access(work_dir, os.W_OK | os.X_OK):
+        return f"work directory {work_dir} is unusable: not writable by this user"
+    return None
+
+
+def _preflight(args: argparse.Namespace) -> str | None:
+    """What stops the speaker before it starts, as one line, or None: the cluster dump
+    (a bad one at start is an error; a bad one later keeps the last good snapshot), or
+    the Kubernetes credentials (a missing or garbage kubeconfig does not fix itself)."""
+    import asyncio
+
+    if args.cluster_file:
+        from bgpd.objects import DumpError, parse_dump
+
+        try:
+            with open(args.cluster_file, encoding="utf-8") as fh:
+                parse_dump(fh.read())
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return f"cannot read cluster file {args.cluster_file}: {reason}"
+        except DumpError as exc:
+            return f"cluster file {args.cluster_file}: {exc}"
+        return None
+    from k8s_watcher.client import load_configuration
+    from k8s_watcher.errors import CredentialsError
+
+    try:
+        asyncio.run(load_configuration(args.kubeconfig))
+    except CredentialsError as exc:
+        return exc.message
+    return None

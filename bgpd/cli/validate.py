@@ -41,6 +41,7 @@ def summary(pools: int, peers: int, advertisements: int, communities: int, bfd: 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | None = None) -> int:
     from bgpd.config import load_config
+    from bgpd.config.emptying import emptying_refusal
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -58,6 +59,9 @@ def run(args: argparse.Namespace, *, out: TextIO | None = None, err: TextIO | No
         print(f"invalid: {len(result.errors)} {noun}", file=out)
         return EXIT_INVALID
     c = result.config
+    refusal = emptying_refusal(None, c)
+    if refusal is not None:
+        print(f"warning: a running speaker refuses to reload to this config: {refusal}", file=out)
     print(
         summary(
             len(c.pools),

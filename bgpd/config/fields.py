@@ -103,6 +103,9 @@ class Field:
     ignored: bool = False
     #: The CRD's facts for a metallb.io field (None: its type and nesting only).
     api: Api | None = None
+    #: A duration's upper bound in seconds (the schema's `x-kube-bgpd-max-seconds`; the
+    #: parser refuses more). Every duration field has one.
+    max_seconds: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +150,14 @@ def field(fields: Iterable[Field], name: str) -> Field:
         if f.name == name:
             return f
     raise KeyError(name)
+
+
+def max_seconds(fields: Iterable[Field], name: str) -> int:
+    """The bound of the duration field `name` (KeyError/ValueError: a table bug)."""
+    bound = field(fields, name).max_seconds
+    if bound is None:
+        raise ValueError(f"duration field {name} has no max_seconds")
+    return bound
 
 
 def bounds(f: Field) -> tuple[int, int]:

@@ -87,10 +87,24 @@ class Doc:
 
     def error(self, path: str, message: str) -> None:
         self.errors += 1
-        self.issues.errors.append(ConfigIssue(self.source, self.where(path), message))
+        self.issues.errors.append(
+            ConfigIssue(self.source, bounded(self.where(path)), bounded(message))
+        )
 
     def warn(self, path: str, message: str) -> None:
-        self.issues.warnings.append(ConfigIssue(self.source, self.where(path), message))
+        self.issues.warnings.append(
+            ConfigIssue(self.source, bounded(self.where(path)), bounded(message))
+        )
+
+
+#: Characters of a message's place or text: a 5,000-character key or value quoted in
+#: full would make one error line unreadable (and a log line huge).
+MAX_MESSAGE: Final = 300
+
+
+def bounded(text: str) -> str:
+    """Text cut to MAX_MESSAGE characters, marked with "..." when cut."""
+    return text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 3] + "..."
 
 
 @dataclass(slots=True)

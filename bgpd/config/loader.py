@@ -13,11 +13,14 @@ import yaml
 from bgpd.config.documents import parse_documents
 from bgpd.config.issues import ConfigError, ConfigIssue, LoadResult, YamlFailure
 from bgpd.model import Config
+from bgpd.untrusted import MAX_CONFIG_BYTES, InputRefused, bounded_loader, check_size
 
 
 def _yaml_loader_base() -> type[yaml.SafeLoader]:
-    # libyaml's parser is ~10x faster; the pure-Python one behaves the same.
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    # libyaml's parser is ~10x faster; the pure-Python one behaves the same. Either is
+    # bounded (bgpd.untrusted): depth, aliases and integer length are checked before a
+    # document is built.
+    return bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 class _Loader(_yaml_loader_base()):  # type: ignore[misc]
@@ -123,6 +126,8 @@ def _documents(text: str, source: str) -> list[tuple[str, object]]:
             raw.append(doc)
     except yaml.YAMLError as exc:
         failure = YamlFailure(_yaml_error(source, exc))
+    except InputRefused as exc:
+        failure = YamlFailure(ConfigIssue(source, "", f"refused: {exc}"))
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # SafeConstructor can still fail on odd scalars (e.g. a timestamp out of range).
         failure = YamlFailure(ConfigIssue(source, "", f"invalid YAML: {exc}"))
@@ -143,7 +148,12 @@ def load_config(paths: Sequence[str | os.PathLike[str]]) -> LoadResult:
         source = os.fspath(path)
         try:
             with open(path, encoding="utf-8") as fh:
-                text = fh.read()
+                check_size(os.fstat(fh.fileno()).st_size, MAX_CONFIG_BYTES)
+                text = fh.read(MAX_CONFIG_BYTES + 1)
+            check_size(len(text), MAX_CONFIG_BYTES)  # a pipe or /proc file has no size
+        except InputRefused as exc:
+            docs.append((source, YamlFailure(ConfigIssue(source, "", f"refused: {exc}"))))
+            continue
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             docs.append((source, YamlFailure(ConfigIssue(source, "", f"cannot read: {reason}"))))

@@ -35,6 +35,7 @@ from bgpd.config.values import (
     read_fields,
     read_int,
     read_ip,
+    read_secret,
     read_selectors,
     read_text,
     read_whole_seconds,
@@ -55,6 +56,10 @@ DYNAMIC_ASN_EXTERNAL: Final = "external"
 MAX_MD5_PASSWORD = 80
 
 
+#: RFC 4271 4.2: the hold time is a 16-bit number of seconds; keepalive and MetalLB's
+#: connectTime share the bound.
+HOLD_TIME_MAX: Final = 65535
+
 _PEER_FIELDS: Final = (
     Field("myASN", ref="asn", required=True, api=Api(required=True)),
     Field("peerASN", ref="asn", description="Required unless dynamicASN is internal."),
@@ -62,10 +67,11 @@ _PEER_FIELDS: Final = (
     Field("peerPort", ref="port", default=179, api=Api(minimum=1, maximum=16384, default=179)),
     Field("sourceAddress", ref="ip"),
     Field("routerID", type="string", format="ipv4"),
-    Field("holdTime", ref="duration", default="90s"),
+    Field("holdTime", ref="duration", default="90s", max_seconds=HOLD_TIME_MAX),
     Field(
         "keepaliveTime",
         ref="duration",
+        max_seconds=HOLD_TIME_MAX,
         description="Accepted; ExaBGP sends keepalives every holdTime/3 whatever the value "
         "(a warning names that interval when it differs).",
     ),
@@ -85,6 +91,7 @@ _PEER_V1BETA2_ONLY: Final = (
     Field(
         "connectTime",
         ref="duration",
+        max_seconds=HOLD_TIME_MAX,
         description="1s-65535s, accepted with a warning: ExaBGP's connect retry is fixed "
         "(it backs off up to 60 s).",
         api=Api(
@@ -374,7 +381,7 @@ def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
     hold: int | None = None
     ka: int | None = None
     if f.get("holdTime") is not None:
-        hold = read_whole_seconds(doc, "spec.holdTime", f["holdTime"])
+        hold = read_whole_seconds(doc, "spec.holdTime", f["holdTime"], maximum=HOLD_TIME_MAX)
         if hold is None:
             return 90, None
         if 0 < hold < 3:
@@ -384,7 +391,9 @@ def _timers(doc: Doc, f: Mapping[str, object]) -> tuple[int, int | None]:
             doc.error("spec.holdTime", f"{show(f['holdTime'])} is out of range (0-65535s)")
             return 90, None
     if f.get("keepaliveTime") is not None:
-        ka = read_whole_seconds(doc, "spec.keepaliveTime", f["keepaliveTime"])
+        ka = read_whole_seconds(
+            doc, "spec.keepaliveTime", f["keepaliveTime"], maximum=HOLD_TIME_MAX
+        )
         if ka is None:
             return hold if hold is not None else 90, None
     if hold is None and ka is None:
@@ -428,7 +437,7 @@ _CONNECT_TIME_RANGE: Final = (1, 65535)
 def _connect_time(doc: Doc, value: object) -> int | None:
     """connectTime as MetalLB's CRD validates it, accepted with what happens instead:
     ExaBGP 5.0 has no connect-retry setting (its retry backs off 0, 1, 2, ... up to 60 s)."""
-    seconds = read_whole_seconds(doc, "spec.connectTime", value)
+    seconds = read_whole_seconds(doc, "spec.connectTime", value, maximum=HOLD_TIME_MAX)
     if seconds is None:
         return None
     low, high = _CONNECT_TIME_RANGE
@@ -472,8 +481,9 @@ def _dynamic_asn(doc: Doc, mode: object, peer_asn: object, my_asn: int | None) -
 
 def _password(doc: Doc, path: str, value: object) -> str | None:
     """A TCP MD5 key (RFC 2385). The ExaBGP renderer writes it base64-encoded, so quotes and
-    backslashes are safe; control characters are still refused like any command text."""
-    text = read_text(doc, path, value)
+    backslashes are safe; control characters are still refused like any command text,
+    by read_secret, which never echoes the value."""
+    text = read_secret(doc, path, value)
     if text is None:
         return None
     if len(text.encode()) > MAX_MD5_PASSWORD:

@@ -66,6 +66,8 @@ def field_schema(f: Field) -> dict[str, Any]:
         out.update(_object(f.fields))
     if f.default is not NO_DEFAULT:
         out["default"] = f.default
+    if f.max_seconds is not None:
+        out["x-kube-bgpd-max-seconds"] = f.max_seconds
     if f.description:
         out["description"] = f.description
     return out

@@ -7,7 +7,15 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
-from bgpd.config.fields import KUBE_BGPD_V1ALPHA1, NO_CONTROL, Column, Field, KindTable, names
+from bgpd.config.fields import (
+    KUBE_BGPD_V1ALPHA1,
+    NO_CONTROL,
+    Column,
+    Field,
+    KindTable,
+    max_seconds,
+    names,
+)
 from bgpd.config.issues import Doc
 from bgpd.config.values import (
     join_path,
@@ -15,6 +23,7 @@ from bgpd.config.values import (
     read_duration,
     read_fields,
     read_int,
+    read_secret,
     read_text,
     show,
 )
@@ -36,8 +45,18 @@ MQTT_FIELDS: Final = (
     Field("password", ref="text"),
     Field("tls", type="boolean", default=False),
 )
-#: A duration string, or (our own kind only) a number of seconds.
-_SECONDS: Final = (Field(ref="duration"), Field(type="number", minimum=0))
+
+
+def _seconds(maximum: int) -> tuple[Field, Field]:
+    """A duration string, or (our own kind only) a number of seconds, up to `maximum`."""
+    return (Field(ref="duration"), Field(type="number", minimum=0, maximum=maximum))
+
+
+#: Bounds of SpeakerConfig's durations (seconds), generous against any real use.
+DEBOUNCE_MAX: Final = 60
+DRAIN_WINDOW_MAX: Final = 3600
+PROBE_INTERVAL_MAX: Final = 3600
+PROBE_TIMEOUT_MAX: Final = 60
 _DP = DataPlaneCheck()
 DATA_PLANE_CHECK_FIELDS: Final = (
     Field(
@@ -49,8 +68,15 @@ DATA_PLANE_CHECK_FIELDS: Final = (
     ),
     Field("serviceHost", ref="text", default=_DP.service_host),
     Field("services", type="boolean", default=_DP.services),
-    Field("interval", any_of=_SECONDS, default="1s"),
-    Field("timeout", any_of=_SECONDS, default="1s"),
+    Field(
+        "interval",
+        any_of=_seconds(PROBE_INTERVAL_MAX),
+        default="1s",
+        max_seconds=PROBE_INTERVAL_MAX,
+    ),
+    Field(
+        "timeout", any_of=_seconds(PROBE_TIMEOUT_MAX), default="1s", max_seconds=PROBE_TIMEOUT_MAX
+    ),
     Field("failureThreshold", type="integer", minimum=1, maximum=100, default=3),
     Field("successThreshold", type="integer", minimum=1, maximum=100, default=2),
 )
@@ -76,9 +102,14 @@ SPEAKER: Final = KindTable(
             default="127.0.0.1:7473",
         ),
         Field("mqtt", type="object", nullable=True, fields=MQTT_FIELDS),
-        Field("debounce", any_of=_SECONDS, default=0),
+        Field("debounce", any_of=_seconds(DEBOUNCE_MAX), default=0, max_seconds=DEBOUNCE_MAX),
         Field("logFormat", enum=tuple(x.value for x in LogFormat), default="text"),
-        Field("drainWindow", any_of=_SECONDS, default="30s"),
+        Field(
+            "drainWindow",
+            any_of=_seconds(DRAIN_WINDOW_MAX),
+            default="30s",
+            max_seconds=DRAIN_WINDOW_MAX,
+        ),
         Field(
             "onSigterm",
             enum=tuple(x.value for x in SigtermAction),
@@ -95,6 +126,13 @@ SPEAKER: Final = KindTable(
             fields=DATA_PLANE_CHECK_FIELDS,
             description="Announce only while kube-proxy's health answers pass (off when "
             "absent); see docs/configuration.md.",
+        ),
+        Field(
+            "allowEmptyConfig",
+            type="boolean",
+            default=False,
+            description="A reload (SIGHUP) to a config with no BGPPeer or no IPAddressPool "
+            "is refused (the running config is kept) unless this is true.",
         ),
     ),
     plural="speakerconfigs",
@@ -158,23 +196,25 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         mqtt = _mqtt(doc, "spec.mqtt", f["mqtt"])
     debounce = d.debounce
     if f.get("debounce") is not None:
-        got = read_duration(doc, "spec.debounce", f["debounce"], numbers=True)
+        got = read_duration(doc, "spec.debounce", f["debounce"], numbers=True, maximum=DEBOUNCE_MAX)
         debounce = float(got) if got is not None else debounce
     log_format = d.log_format
     if f.get("logFormat") is not None:
         lf = f["logFormat"]
-        if lf not in {x.value for x in LogFormat}:
+        if not isinstance(lf, str) or lf not in {x.value for x in LogFormat}:
             doc.error("spec.logFormat", f"{show(lf)} is not one of text, json")
         else:
             log_format = LogFormat(str(lf))
     drain = d.drain_window
     if f.get("drainWindow") is not None:
-        got = read_duration(doc, "spec.drainWindow", f["drainWindow"], numbers=True)
+        got = read_duration(
+            doc, "spec.drainWindow", f["drainWindow"], numbers=True, maximum=DRAIN_WINDOW_MAX
+        )
         drain = float(got) if got is not None else drain
     on_sigterm = d.on_sigterm
     if f.get("onSigterm") is not None:
         action = f["onSigterm"]
-        if action not in {x.value for x in SigtermAction}:
+        if not isinstance(action, str) or action not in {x.value for x in SigtermAction}:
             doc.error(
                 "spec.onSigterm",
                 f"{show(action)} is not one of {', '.join(x.value for x in SigtermAction)}",
@@ -187,6 +227,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     data_plane = None
     if f.get("dataPlaneCheck") is not None:
         data_plane = _data_plane_check(doc, "spec.dataPlaneCheck", f["dataPlaneCheck"])
+    allow_empty = d.allow_empty_config
+    if f.get("allowEmptyConfig") is not None:
+        allow_empty = read_bool(doc, "spec.allowEmptyConfig", f["allowEmptyConfig"]) is True
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -202,6 +245,7 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         on_sigterm=on_sigterm,
         listen=listen,
         data_plane_check=data_plane,
+        allow_empty_config=allow_empty,
     )
 
 
@@ -237,7 +281,8 @@ def _data_plane_check(doc: Doc, path: str, value: object) -> DataPlaneCheck | No
     for name in seconds:
         if f.get(name) is not None:
             at = join_path(path, name)
-            got_s = read_duration(doc, at, f[name], numbers=True)
+            bound = max_seconds(DATA_PLANE_CHECK_FIELDS, name)
+            got_s = read_duration(doc, at, f[name], numbers=True, maximum=bound)
             if got_s is not None and got_s <= 0:
                 doc.error(at, "must be more than 0")
             elif got_s is not None:
@@ -285,7 +330,7 @@ def _mqtt(doc: Doc, path: str, value: object) -> MQTTConfig | None:
     if f.get("username") is not None:
         username = read_text(doc, join_path(path, "username"), f["username"])
     if f.get("password") is not None:
-        password = read_text(doc, join_path(path, "password"), f["password"])
+        password = read_secret(doc, join_path(path, "password"), f["password"])
     tls = d.tls
     if f.get("tls") is not None:
         tls = read_bool(doc, join_path(path, "tls"), f["tls"]) is True

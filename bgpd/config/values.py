@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import re
+import reprlib
 from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
 from typing import Final
@@ -26,9 +27,17 @@ def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxdict, _SHOW.maxlist = 2, 4, 4
+_SHOW.maxstring = _SHOW.maxother = 78
+_SHOW.maxlong = 40
+
+
 def show(value: object) -> str:
-    """A short, single-line rendering of a bad value for a message."""
-    text = repr(value) if isinstance(value, str) else str(value)
+    """A short, single-line rendering of a bad value for a message. Bounded work whatever
+    the value holds: a string is cut before it is quoted, a list or mapping is shown only
+    to two levels (reprlib), so an alias-expanded value costs nothing to mention."""
+    text = repr(value[:80]) if isinstance(value, str) else _SHOW.repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -129,6 +138,26 @@ def read_text(doc: Doc, path: str, value: object, *, empty: bool = False) -> str
     return value
 
 
+def read_secret(doc: Doc, path: str, value: object) -> str | None:
+    """read_text for a password: the messages never hold the value, not even a bad one
+    (a control character is named by its position), because validate, the speaker's
+    start and config.reload_failed all print them."""
+    if not isinstance(value, str):
+        doc.error(path, f"must be a string, not {type_name(value)}")
+        return None
+    if not value:
+        doc.error(path, "must not be empty")
+        return None
+    bad = re.search(r"[\x00-\x1f\x7f]", value)
+    if bad is not None:
+        doc.error(
+            path,
+            f"holds a control character at position {bad.start() + 1} (value not shown: a secret)",
+        )
+        return None
+    return value
+
+
 def _unique_list(
     doc: Doc,
     path: str,
@@ -188,9 +217,19 @@ _DURATION_UNITS: Final = {
 }
 
 
+#: Characters of a duration string; "1h2m3.000000001s" is 16, so a longer one is hostile.
+MAX_DURATION_CHARS: Final = 64
+
+
 def parse_duration(text: str) -> Fraction:
     """Parse a Go duration string (time.ParseDuration, which metav1.Duration uses):
-    "90s", "1m30s", "1.5h", "300ms", "0". Returns seconds; raises ValueError."""
+    "90s", "1m30s", "1.5h", "300ms", "0". Returns seconds; raises ValueError. A string
+    over MAX_DURATION_CHARS is refused unread (Python would refuse its digits anyway,
+    past 4,300 of them, with a less useful message)."""
+    if len(text) > MAX_DURATION_CHARS:
+        raise ValueError(
+            f"a duration of {len(text)} characters is too long (at most {MAX_DURATION_CHARS})"
+        )
     s = text.strip()
     sign = 1
     if s[:1] in "+-" and s:
@@ -211,9 +250,13 @@ def parse_duration(text: str) -> Fraction:
     return sign * total
 
 
-def read_duration(doc: Doc, path: str, value: object, *, numbers: bool = False) -> Fraction | None:
+def read_duration(
+    doc: Doc, path: str, value: object, *, maximum: int, numbers: bool = False
+) -> Fraction | None:
     """A Go duration string, as metav1.Duration takes it (a bare number is refused there;
-    our own SpeakerConfig also takes plain seconds when numbers=True)."""
+    our own SpeakerConfig also takes plain seconds when numbers=True), at most `maximum`
+    seconds: every duration has a bound in the field table (Field.max_seconds), so no
+    value can overflow a float or a timer downstream."""
     if numbers and isinstance(value, int | float) and not isinstance(value, bool):
         if value != value or value in (float("inf"), float("-inf")):
             doc.error(path, f"{value} is not a number of seconds")
@@ -237,11 +280,14 @@ def read_duration(doc: Doc, path: str, value: object, *, numbers: bool = False) 
     if seconds < 0:
         doc.error(path, f"{show(value)} is negative")
         return None
+    if seconds > maximum:
+        doc.error(path, f"{show(value)} is out of range (0-{maximum}s)")
+        return None
     return seconds
 
 
-def read_whole_seconds(doc: Doc, path: str, value: object) -> int | None:
-    seconds = read_duration(doc, path, value)
+def read_whole_seconds(doc: Doc, path: str, value: object, *, maximum: int) -> int | None:
+    seconds = read_duration(doc, path, value, maximum=maximum)
     if seconds is None:
         return None
     if seconds.denominator != 1:
@@ -371,7 +417,7 @@ def _requirement(doc: Doc, path: str, value: object) -> SelectorRequirement | No
     operator: SelectorOperator | None = None
     if op_text is MISSING:
         doc.error(join_path(path, "operator"), "is required")
-    elif op_text not in {o.value for o in SelectorOperator}:
+    elif not isinstance(op_text, str) or op_text not in {o.value for o in SelectorOperator}:
         doc.error(
             join_path(path, "operator"),
             f"{show(op_text)} is not one of {', '.join(o.value for o in SelectorOperator)}",

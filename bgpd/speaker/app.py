@@ -61,7 +61,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
-from bgpd.config import ConfigError, load_config_or_raise
+from bgpd.config.reload import reload_config
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
@@ -99,7 +99,13 @@ from bgpd.speaker.dataplane import (
     observe_round,
 )
 from bgpd.speaker.drain import DrainEvent, DrainState, Transition
-from bgpd.speaker.health import HealthInputs, ReadinessInputs, health, readiness
+from bgpd.speaker.health import (
+    HealthInputs,
+    ReadinessInputs,
+    health,
+    node_missing_reason,
+    readiness,
+)
 from bgpd.speaker.probe import Round, ask_round
 from bgpd.speaker.render_inputs import HostRenderInputs, RenderInputs
 from bgpd.speaker.source import (
@@ -191,6 +197,11 @@ class TaskFailed(Exception):
         self.name = name
 
 
+class StartupError(Exception):
+    """The speaker cannot start (its listener's port is taken): `kube-bgpd speaker` prints
+    the message as one line and exits 1 (docs/operations.md, exit codes)."""
+
+
 #: A long-lived coroutine run in the speaker's TaskGroup, by task name.
 Companion = Callable[[], Awaitable[None]]
 
@@ -245,6 +256,8 @@ class Speaker:
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
         # the driver's event queue and never blocks it (bgpd.mqtt).
         self.config_stale = False
+        #: The synced cluster held no Node named self.node at the last pass (_check_node).
+        self._node_missing = False
         self.mqtt = MQTTPublisher(sc.mqtt, node=node) if sc.mqtt is not None else None
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = SpeakerMetrics(
@@ -277,10 +290,29 @@ class Speaker:
         decided = self.reconciler.decide(first_change)
         if decided is None:
             return None
+        self._check_node(decided.snapshot)
         self._before_apply(decided)
         result = self.reconciler.apply(decided)
         self._after_apply(result)
         return result
+
+    def _check_node(self, snapshot: ClusterSnapshot) -> None:
+        """Warn once (and once more when it comes back) when the synced cluster holds no
+        Node named --node-name: a placeholder or typo would otherwise run silently ready
+        and announce nothing. /readyz says the same while it lasts."""
+        missing = self.node not in snapshot.nodes
+        if missing and not self._node_missing:
+            log(
+                _logger,
+                logging.WARNING,
+                "speaker.node_missing",
+                flag="--node-name",
+                node=self.node,
+                reason=node_missing_reason(self.node),
+            )
+        elif self._node_missing and not missing:
+            log(_logger, logging.INFO, "speaker.node_found", node=self.node)
+        self._node_missing = missing
 
     async def _reconcile(self) -> None:
         async with contextlib.aclosing(self.reconciler.changes()) as batches:
@@ -363,18 +395,19 @@ class Speaker:
 
     def reload(self) -> None:
         """SIGHUP: re-read the config files and the cluster source."""
-        try:
-            config, warnings = load_config_or_raise(self.config_paths)
-        except ConfigError as exc:
+        outcome = reload_config(self.config_paths, self.config)
+        if outcome.config is None:
+            # Any failure, a refusal included, keeps the running config and says so.
             self.config_stale = True
             log(
                 _logger,
                 logging.ERROR,
                 "config.reload_failed",
-                error=str(exc),
+                error=outcome.error,
                 keeping="running config",
             )
         else:
+            config, warnings = outcome.config, outcome.warnings
             self.config_stale = False
             for w in warnings:
                 log(_logger, logging.WARNING, "config.warning", warning=str(w))
@@ -579,6 +612,8 @@ class Speaker:
                 rendered=self.rendered.is_set(),
                 connected=self.driver.connected,
                 decided=self.reconciler.last is not None,
+                node_missing=self.node if self._node_missing and self.source.synced else "",
+                source_stale=self.source.stale,
             )
         )
 
@@ -696,7 +731,13 @@ class Speaker:
         loop.add_signal_handler(signal.SIGTERM, self.request_stop)
         loop.add_signal_handler(signal.SIGINT, self.request_stop)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
-        await self.status_server.start()
+        try:
+            await self.status_server.start()
+        except OSError as err:
+            where = f"{self.status_server.host}:{self.status_server.port}"
+            raise StartupError(
+                f"cannot listen on {where} (metrics, health, status): {err.strerror or err}"
+            ) from err
         log(
             _logger,
             logging.INFO,

@@ -26,6 +26,12 @@ class ReadinessInputs:
     rendered: bool
     connected: bool
     decided: bool
+    #: This speaker's --node-name when the synced cluster holds no Node of that name
+    #: (a placeholder left in a unit file): not ready, whatever else holds. "" otherwise.
+    node_missing: str = ""
+    #: The source keeps its last good snapshot (a watch lost, a bad cluster file): still
+    #: ready (the routes are the last known truth), and /readyz says so.
+    source_stale: bool = False
 
 
 def health(s: HealthInputs) -> tuple[bool, str]:
@@ -37,10 +43,22 @@ def health(s: HealthInputs) -> tuple[bool, str]:
 def readiness(s: ReadinessInputs) -> tuple[bool, str]:
     if not s.synced:
         return False, "cluster source not synced"
+    if s.node_missing:
+        return False, node_missing_reason(s.node_missing)
     if not s.rendered:
         return False, "exabgp not configured yet"
     if not s.connected:
         return False, "exabgp helper not connected"
     if not s.decided:
         return False, "no decision applied yet"
+    if s.source_stale:
+        return True, "ok; cluster source stale: keeping the last good snapshot"
     return True, "ok"
+
+
+def node_missing_reason(node: str) -> str:
+    """The one text for a --node-name that names no Node: /readyz and the log line."""
+    return (
+        f"no Node named {node!r} in the cluster (--node-name / $NODE_NAME): no route is "
+        "announced until it appears"
+    )

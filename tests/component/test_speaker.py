@@ -536,3 +536,70 @@ def test_requested_drain_outlasts_the_annotations(
     doc = sp.wait_status(lambda d: "10.99.100.6" in json.dumps(d["explain"]))
     assert doc["mode"] == "withdrawn"
     assert bird.rib() == {}
+
+
+def test_a_failed_or_emptying_reload_keeps_the_config_and_the_routes(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc]
+) -> None:
+    """Issue 15 items 3, 4, 12: SIGHUP with a file that is hostile (alias bomb, a YAML tag,
+    an operator that is a mapping, a password with a control character) or that would
+    remove every peer keeps the running config: config_stale 1 in /status and /metrics,
+    the route stays at the router, one config.reload_failed line each, no traceback, the
+    password never logged. A good file clears config_stale."""
+    bird = make_router("bird")
+    good = config_text()
+    sp = speaker(good, node1_cluster_dump(["10.99.100.5"]))
+    bird.wait_rib(lambda r: net("10.99.100.5/32") in r, 20)
+    secret = "Xy7-s3cr3t-md5"
+    docs = list(yaml.safe_load_all(good))
+    no_peers = yaml.safe_dump_all([d for d in docs if d["kind"] != "BGPPeer"])
+    bomb = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+        f"{n}: &{n} [{', '.join([f'*{p}'] * 9)}]\n"
+        for p, n in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    peer = next(d for d in docs if d["kind"] == "BGPPeer")
+    tagged = good.replace(f"peerASN: {peer['spec']['peerASN']}", "peerASN: !!timestamp 2001-12-14")
+    operator = yaml.safe_dump_all(
+        [
+            {
+                **d,
+                "spec": {
+                    **d["spec"],
+                    "nodeSelectors": [{"matchExpressions": [{"key": "a", "operator": {"x": 1}}]}],
+                },
+            }
+            if d["kind"] == "BGPPeer"
+            else d
+            for d in docs
+        ]
+    )
+    password = yaml.safe_dump_all(
+        [
+            {**d, "spec": {**d["spec"], "password": secret + "\x07"}}
+            if d["kind"] == "BGPPeer"
+            else d
+            for d in docs
+        ]
+    )
+    for n, bad in enumerate([no_peers, "", bomb, tagged, operator, password], start=1):
+        sp.config.write_text(bad)
+        sp.proc.send_signal(signal.SIGHUP)
+        wait_until(
+            lambda n=n: sp.log_text().count("config.reload_failed") >= n or None,
+            within=20,
+            what=f"reload {n} refused",
+        )
+        assert sp.wait_status(lambda d: d["config"]["stale"])
+        assert net("10.99.100.5/32") in bird.rib()
+    metrics = sp.topology.nodes[0].run(["curl", "-sf", f"http://{STATUS}/metrics"], check=False)
+    assert "kube_bgpd_config_stale 1.0" in metrics.stdout
+    text = sp.log.read_text(errors="replace")
+    assert "refused: it holds no BGPPeer" in text
+    assert "Traceback" not in text
+    assert "Exception in callback" not in text
+    assert secret not in text
+    assert sp.proc.poll() is None
+    sp.config.write_text(good)
+    sp.proc.send_signal(signal.SIGHUP)
+    sp.wait_status(lambda d: not d["config"]["stale"])
+    assert net("10.99.100.5/32") in bird.rib()
