@@ -193,6 +193,13 @@ def status(crd: Mapping[str, Any], old: Mapping[str, Any] | None, now: str) -> O
     }
 
 
+def storage_schema(crd: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The openAPIV3Schema of the version objects are stored in."""
+    version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+    found: Mapping[str, Any] | None = (version.get("schema") or {}).get("openAPIV3Schema")
+    return found
+
+
 def resource_defs(crd: Mapping[str, Any]) -> tuple[ResourceDef, ...]:
     """One `ResourceDef` per served version, the preferred version first."""
     spec = crd["spec"]
@@ -227,4 +234,4 @@ def resource_defs(crd: Mapping[str, Any]) -> tuple[ResourceDef, ...]:
     return tuple(defs)
 
 
-__all__ = ["CRD_GROUP", "check", "prepare", "resource_defs", "status"]
+__all__ = ["CRD_GROUP", "check", "prepare", "resource_defs", "status", "storage_schema"]

@@ -630,11 +630,24 @@ class Store:
             raise invalid_fields(rd.kind, rd.group, name, errors)
 
     def _serve_crd(self, crd: Mapping[str, Any]) -> None:
-        """Register (or re-register) the resources a stored CRD serves."""
+        """Register (or re-register) the resources a stored CRD serves.
+
+        The apiserver applies schema defaults when it reads an object from etcd, so an
+        object stored before its CRD gained a default is read with it. Here the stored
+        objects get the storage version's defaults when the CRD is written (same
+        resourceVersion, no event: nothing was written), which reads the same.
+        """
         defs = crds.resource_defs(crd)
-        if defs:
-            self.table.register(defs)
-            self._objects.setdefault(defs[0].key, {})
+        if not defs:
+            return
+        self.table.register(defs)
+        records = self._objects.setdefault(defs[0].key, {})
+        storage = crds.storage_schema(crd)
+        for key, record in list(records.items()):
+            obj = record.copy()
+            schema.apply_defaults(obj, storage)
+            if obj != record.obj:
+                records[key] = Record(_ordered(obj), record.rv)
 
     def _unserve_crd(self, crd: Mapping[str, Any]) -> None:
         """Delete every object of a CRD's resource (DELETED events), then stop serving it.

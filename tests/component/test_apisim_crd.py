@@ -343,6 +343,26 @@ def test_watch_sees_changes_and_crd_deletion_ends_it(
     assert objects.list_namespaced_custom_object(GROUP, "v1beta2", NS, "bgppeers")["items"] == []
 
 
+def test_a_default_added_to_the_crd_is_read_on_existing_objects(
+    sim: ApiSimulatorThread, api: client.ApiClient
+) -> None:
+    install(api)
+    objects = client.CustomObjectsApi(api)
+    created = objects.create_namespaced_custom_object(GROUP, "v1beta2", NS, "bgppeers", peer("d"))
+    assert "holdTime" not in created["spec"]
+    crd = peer_crd()
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        spec["properties"]["holdTime"]["default"] = "90s"
+    ext = client.ApiextensionsV1Api(api)
+    current = ext.read_custom_resource_definition("bgppeers.metallb.io")
+    crd["metadata"]["resourceVersion"] = current.metadata.resource_version
+    ext.replace_custom_resource_definition("bgppeers.metallb.io", crd)
+    read = objects.get_namespaced_custom_object(GROUP, "v1beta1", NS, "bgppeers", "d")
+    assert read["spec"]["holdTime"] == "90s"
+    assert read["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
 def test_invalid_crd_is_refused(api: client.ApiClient) -> None:
     crd = peer_crd()
     crd["metadata"]["name"] = "peers.metallb.io"
