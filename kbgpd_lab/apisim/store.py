@@ -9,6 +9,11 @@ Deletes honour finalizers (deletionTimestamp first; the object goes when the las
 finalizer is removed). Writes to the main resource keep `.status` for kinds with a status
 subresource; status writes change only `.status`.
 
+It is also apiextensions-apiserver: writing a CustomResourceDefinition registers the
+resources it serves in the table (deleting it deletes their objects first), and every
+write of a custom resource is pruned, defaulted and validated against its version's
+structural schema (`kbgpd_lab.apisim.schema`); objects are stored in the storage version.
+
 The store is synchronous and single-threaded: it must be used from the event loop that
 runs the simulator (the threaded helper marshals calls into it), and subscribers are
 called synchronously inside the write. It knows nothing about HTTP.
