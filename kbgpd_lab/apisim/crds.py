@@ -12,6 +12,7 @@ storedVersions), here at once rather than a moment later. Pure functions.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -135,6 +136,13 @@ def _structural(schema: Mapping[str, Any], path: str) -> list[FieldError]:
                 "must not be empty for specified object fields",
             )
         )
+    pattern = schema.get("pattern")
+    if pattern is not None:
+        try:
+            re.compile(str(pattern))
+        except re.error as exc:
+            detail = f"must be a valid regular expression, but isn't: {exc}"
+            errors.append(FieldError("Invalid value", f"{path}.pattern", pattern, detail))
     for key, sub in (schema.get("properties") or {}).items():
         if isinstance(sub, Mapping):
             errors.extend(_structural(sub, f"{path}.properties[{key}]"))

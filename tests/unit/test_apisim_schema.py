@@ -289,6 +289,24 @@ def test_crd_defaults_status_and_served_resources() -> None:
             "spec.versions[0].schema.openAPIV3Schema: Required value",
             id="schema",
         ),
+        pytest.param(
+            {
+                "spec": {
+                    **CRD["spec"],
+                    "versions": [
+                        {
+                            "name": "v1",
+                            "served": True,
+                            "storage": True,
+                            "schema": {"openAPIV3Schema": {"type": "string", "pattern": "(["}},
+                        }
+                    ],
+                }
+            },
+            'spec.versions[0].schema.openAPIV3Schema.pattern: Invalid value: "([": must be a '
+            "valid regular expression, but isn't",
+            id="pattern",
+        ),
     ],
 )
 def test_crd_checks(change: dict[str, Any], error: str) -> None:
