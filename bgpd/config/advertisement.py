@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from bgpd.attributes import MAX_U32
-from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, bounds, field, names
+from bgpd.config.fields import METALLB_V1BETA1, Api, Column, Field, KindTable, bounds, field, names
 from bgpd.config.issues import Doc
 from bgpd.config.parsed import AdvertisementDraft
 from bgpd.config.values import read_fields, read_int, read_selectors, read_text_list
@@ -26,15 +26,34 @@ ADVERTISEMENT: Final = KindTable(
         Field("ipAddressPools", ref="uniqueTexts"),
         Field("ipAddressPoolSelectors", ref="labelSelectors"),
         # MetalLB's CRD: minimum 1; its loader: at most 32 (128).
-        Field("aggregationLength", type="integer", minimum=1, maximum=32, default=32),
-        Field("aggregationLengthV6", type="integer", minimum=1, maximum=128, default=128),
+        Field(
+            "aggregationLength",
+            type="integer",
+            minimum=1,
+            maximum=32,
+            default=32,
+            api=Api(format="int32", minimum=1, default=32),
+        ),
+        Field(
+            "aggregationLengthV6",
+            type="integer",
+            minimum=1,
+            maximum=128,
+            default=128,
+            api=Api(format="int32", default=128),
+        ),
         Field(
             "communities",
             ref="uniqueTexts",
             description="a:b, large:a:b:c, a well-known name (no-export, ...) or the name of "
             "a Community alias.",
         ),
-        Field("localPref", ref="u32", description="0 means unset, as in MetalLB."),
+        Field(
+            "localPref",
+            ref="u32",
+            description="0 means unset, as in MetalLB.",
+            api=Api(format="int32"),
+        ),
         Field("peers", ref="uniqueTexts"),
         Field("nodeSelectors", ref="labelSelectors"),
         Field(
@@ -45,6 +64,7 @@ ADVERTISEMENT: Final = KindTable(
             description="kube-bgpd: weighted ECMP for externalTrafficPolicy Local. Bytes per "
             "second each serving endpoint on the node adds to the route's link-bandwidth "
             "extended community (125000 = 1 Mbit/s per endpoint); unset: no community.",
+            api=Api(minimum=1, maximum=MAX_U32),
         ),
         Field(
             "maxNodes",
@@ -53,6 +73,7 @@ ADVERTISEMENT: Final = KindTable(
             maximum=MAX_U32,
             description="Announce each prefix from at most this many of the nodes that "
             "could, chosen by rendezvous hashing of (prefix, node); unset: from all.",
+            api=Api(minimum=1, maximum=MAX_U32),
         ),
         Field(
             "serviceSelectors",
@@ -60,6 +81,24 @@ ADVERTISEMENT: Final = KindTable(
             description="Only Services whose labels match any of these selectors are "
             "announced through this advertisement; none: every Service.",
         ),
+    ),
+    spec_api=Api(
+        rules=(
+            (
+                "!has(self.serviceSelectors) || self.serviceSelectors.size() == 0 || "
+                "((!has(self.aggregationLength) || self.aggregationLength == 32) && "
+                "(!has(self.aggregationLengthV6) || self.aggregationLengthV6 == 128))",
+                "serviceSelectors and aggregationLength are mutually exclusive, can only be "
+                "used together with default aggregationLength (32) and aggregationLengthV6 "
+                "(128)",
+            ),
+        )
+    ),
+    columns=(
+        Column("IPAddressPools", ".spec.ipAddressPools", "string"),
+        Column("IPAddressPool Selectors", ".spec.ipAddressPoolSelectors", "string"),
+        Column("Peers", ".spec.peers", "string"),
+        Column("Node Selectors", ".spec.nodeSelectors", "string", priority=10),
     ),
 )
 

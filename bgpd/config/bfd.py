@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Final
 
-from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, bounds, names
+from bgpd.config.fields import METALLB_V1BETA1, Api, Column, Field, KindTable, bounds, names
 from bgpd.config.issues import Doc
 from bgpd.config.values import read_bool, read_fields, read_int
 from bgpd.model import BFDProfile
+
+
+def _int32(name: str, lo: int, hi: int, default: int) -> Field:
+    """An integer whose range MetalLB's CRD states too (its default it does not)."""
+    api = Api(format="int32", minimum=lo, maximum=hi)
+    return Field(name, type="integer", minimum=lo, maximum=hi, default=default, api=api)
+
 
 BFD_PROFILE: Final = KindTable(
     kind="BFDProfile",
@@ -16,13 +23,19 @@ BFD_PROFILE: Final = KindTable(
     description="MetalLB BFDProfile: parsed, but no BFD runs (ExaBGP has no BFD).",
     # MetalLB's bfdProfileFromCR ranges (milliseconds; TTL hops).
     spec=(
-        Field("receiveInterval", type="integer", minimum=10, maximum=60000, default=300),
-        Field("transmitInterval", type="integer", minimum=10, maximum=60000, default=300),
-        Field("detectMultiplier", type="integer", minimum=2, maximum=255, default=3),
-        Field("echoInterval", type="integer", minimum=10, maximum=60000, default=50),
+        _int32("receiveInterval", 10, 60000, 300),
+        _int32("transmitInterval", 10, 60000, 300),
+        _int32("detectMultiplier", 2, 255, 3),
+        _int32("echoInterval", 10, 60000, 50),
         Field("echoMode", type="boolean", default=False),
         Field("passiveMode", type="boolean", default=False),
-        Field("minimumTtl", type="integer", minimum=1, maximum=254, default=254),
+        _int32("minimumTtl", 1, 254, 254),
+    ),
+    columns=(
+        Column("Passive Mode", ".spec.passiveMode", "boolean"),
+        Column("Transmit Interval", ".spec.transmitInterval", "integer"),
+        Column("Receive Interval", ".spec.receiveInterval", "integer"),
+        Column("Multiplier", ".spec.detectMultiplier", "integer"),
     ),
 )
 

@@ -24,6 +24,7 @@ COMMUNITY: Final = KindTable(
     api_version=METALLB_V1BETA1,
     definition="Community",
     description="MetalLB Community: global community aliases.",
+    plural="communities",
     spec=(
         Field(
             "communities",

@@ -35,6 +35,41 @@ NO_DEFAULT: Final[Any] = _NoDefault()
 
 
 @dataclass(frozen=True, slots=True)
+class Api:
+    """What the CRD's OpenAPI schema states about a field of a metallb.io kind beyond
+    its type and nesting: MetalLB's own CRD facts (formats, bounds, defaults, required,
+    Kubernetes list and map types, CEL rules), so our CRD accepts exactly what MetalLB's
+    does. The table's own, often stricter checks stay the loader's: an object the API
+    server accepts and the loader refuses gets the loader's one-line error naming it.
+
+    On a field that refers to a definition (`ref`), the field's facts are laid over the
+    definition's (a None or empty fact is not stated). `rules` are
+    x-kubernetes-validations as (rule, message) pairs.
+    """
+
+    format: str | None = None
+    minimum: int | None = None
+    maximum: int | None = None
+    min_items: int | None = None
+    enum: tuple[str, ...] | None = None
+    default: Any = NO_DEFAULT
+    required: bool | None = None
+    list_type: str | None = None
+    map_type: str | None = None
+    rules: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One additionalPrinterColumn of a CRD version (what `kubectl get` shows)."""
+
+    name: str
+    json_path: str
+    type: str
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Field:
     """One field: its name in the document and the facts a schema states about it.
 
@@ -66,6 +101,8 @@ class Field:
     default: Any = NO_DEFAULT
     description: str = ""
     ignored: bool = False
+    #: The CRD's facts for a metallb.io field (None: its type and nesting only).
+    api: Api | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +117,19 @@ class KindTable:
     spec: tuple[Field, ...]
     #: IPAddressPool and BGPPeer need a spec; the other kinds have defaults for all.
     spec_required: bool = False
+    # What the CustomResourceDefinition states besides the spec's fields (bgpd.config.crds).
+    #: The resource's plural name (empty: the kind in lower case, plus "s").
+    plural: str = ""
+    #: Facts of the spec object itself (MetalLB's CEL rules across fields).
+    spec_api: Api | None = None
+    #: Fields MetalLB's CRD has that the loader refuses (the kind's parser says why): the
+    #: CRD accepts them, so `kubectl apply` works and the loader names the refusal.
+    api_only: tuple[Field, ...] = ()
+    #: The status object's schema (None: an object with any content).
+    status: Field | None = None
+    columns: tuple[Column, ...] = ()
+    #: Set on a served, deprecated version: the warning the API server returns.
+    deprecation: str = ""
 
 
 def names(fields: Iterable[Field]) -> tuple[str, ...]:
@@ -126,14 +176,30 @@ UNIQUE_TEXTS = Field(ref="uniqueTexts")
 
 #: One matchExpressions entry of a label selector.
 REQUIREMENT_FIELDS: Final = (
-    Field("key", type="string", min_length=1, required=True),
-    Field("operator", enum=("In", "NotIn", "Exists", "DoesNotExist"), required=True),
-    Field("values", type="array", nullable=True, items=Field(type="string")),
+    Field("key", type="string", min_length=1, required=True, api=Api(required=True)),
+    Field(
+        "operator",
+        enum=("In", "NotIn", "Exists", "DoesNotExist"),
+        required=True,
+        api=Api(required=True),
+    ),
+    Field(
+        "values",
+        type="array",
+        nullable=True,
+        items=Field(type="string"),
+        api=Api(list_type="atomic"),
+    ),
 )
 #: metav1.LabelSelector (what bgpd.config.values reads).
 SELECTOR_FIELDS: Final = (
     Field("matchLabels", ref="stringMap"),
-    Field("matchExpressions", type="array", items=Field(type="object", fields=REQUIREMENT_FIELDS)),
+    Field(
+        "matchExpressions",
+        type="array",
+        items=Field(type="object", fields=REQUIREMENT_FIELDS),
+        api=Api(list_type="atomic"),
+    ),
 )
 
 #: ObjectMeta as a config file holds it.
@@ -186,7 +252,13 @@ DEFINITIONS: Final[tuple[Field, ...]] = (
         pattern=r"^[-+]?(0|((\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h))+)$",
         description='A Go duration string as metav1.Duration takes it: "90s", "1m30s", "300ms".',
     ),
-    Field("asn", type="integer", minimum=1, maximum=4294967295),
+    Field(
+        "asn",
+        type="integer",
+        minimum=1,
+        maximum=4294967295,
+        api=Api(format="int64", minimum=0, maximum=4294967295),
+    ),
     Field("u32", type="integer", minimum=0, maximum=4294967295),
     Field("port", type="integer", minimum=1, maximum=65535),
     Field(
@@ -196,7 +268,7 @@ DEFINITIONS: Final[tuple[Field, ...]] = (
         pattern=r"^[0-9A-Fa-f.:]+$",
     ),
     Field("stringMap", type="object", values=Field(type="string")),
-    Field("labelSelector", type="object", fields=SELECTOR_FIELDS),
+    Field("labelSelector", type="object", fields=SELECTOR_FIELDS, api=Api(map_type="atomic")),
     Field("labelSelectors", type="array", nullable=True, items=Field(ref="labelSelector")),
     Field("uniqueTexts", type="array", nullable=True, unique_items=True, items=TEXT),
     Field(

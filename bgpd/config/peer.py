@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Final
 
@@ -12,6 +13,11 @@ from bgpd.config.fields import (
     METALLB_V1BETA1,
     METALLB_V1BETA2,
     NO_CONTROL,
+    NO_DEFAULT,
+    REQUIREMENT_FIELDS,
+    SELECTOR_FIELDS,
+    Api,
+    Column,
     Field,
     KindTable,
     bounds,
@@ -50,10 +56,10 @@ MAX_MD5_PASSWORD = 80
 
 
 _PEER_FIELDS: Final = (
-    Field("myASN", ref="asn", required=True),
+    Field("myASN", ref="asn", required=True, api=Api(required=True)),
     Field("peerASN", ref="asn", description="Required unless dynamicASN is internal."),
     Field("peerAddress", ref="ip", required=True),
-    Field("peerPort", ref="port", default=179),
+    Field("peerPort", ref="port", default=179, api=Api(minimum=1, maximum=16384, default=179)),
     Field("sourceAddress", ref="ip"),
     Field("routerID", type="string", format="ipv4"),
     Field("holdTime", ref="duration", default="90s"),
@@ -81,20 +87,56 @@ _PEER_V1BETA2_ONLY: Final = (
         ref="duration",
         description="1s-65535s, accepted with a warning: ExaBGP's connect retry is fixed "
         "(it backs off up to 60 s).",
+        api=Api(
+            rules=(
+                (
+                    "duration(self).getSeconds() >= 1 && duration(self).getSeconds() <= 65535",
+                    "connect time should be between 1 seconds to 65535",
+                ),
+                (
+                    "duration(self).getMilliseconds() % 1000 == 0",
+                    "connect time should contain a whole number of seconds",
+                ),
+            )
+        ),
     ),
     Field(
         "passwordSecret",
         type="object",
         fields=(Field("name", ref="name", required=True), Field("namespace", ref="namespace")),
+        api=Api(map_type="atomic"),
     ),
-    Field("enableGracefulRestart", type="boolean", default=False),
+    Field(
+        "enableGracefulRestart",
+        type="boolean",
+        default=False,
+        api=Api(
+            rules=(("self == oldSelf", "EnableGracefulRestart cannot be changed after creation"),)
+        ),
+    ),
     Field(
         "dynamicASN",
         type="string",
         enum=(DYNAMIC_ASN_INTERNAL, DYNAMIC_ASN_EXTERNAL),
         description="internal: the peer's ASN is myASN (set instead of peerASN); "
         "external is refused by the loader.",
+        api=Api(enum=(DYNAMIC_ASN_INTERNAL, DYNAMIC_ASN_EXTERNAL)),
     ),
+)
+#: MetalLB's v1beta2 fields the loader refuses (_PEER_UNSUPPORTED says why).
+_PEER_API_ONLY: Final = (
+    Field("disableMP", type="boolean", api=Api(default=False)),
+    Field("dualStackAddressFamily", type="boolean", api=Api(default=False)),
+    Field("interface", type="string"),
+    Field("localASN", type="integer", api=Api(format="int64", minimum=1, maximum=4294967295)),
+    Field("vrf", type="string"),
+)
+#: What `kubectl get bgppeers` shows (MetalLB's columns).
+_PEER_COLUMNS: Final = (
+    Column("Address", ".spec.peerAddress", "string"),
+    Column("ASN", ".spec.peerASN", "string"),
+    Column("BFD Profile", ".spec.bfdProfile", "string"),
+    Column("Multi Hops", ".spec.ebgpMultiHop", "string"),
 )
 PEER_V1BETA2: Final = KindTable(
     kind="BGPPeer",
@@ -103,7 +145,45 @@ PEER_V1BETA2: Final = KindTable(
     description="MetalLB BGPPeer (current version).",
     spec_required=True,
     spec=_PEER_FIELDS + _PEER_V1BETA2_ONLY,
+    api_only=_PEER_API_ONLY,
+    columns=_PEER_COLUMNS,
 )
+#: v1beta1's own label selector type (MetalLB's NodeSelector): the same keys as a
+#: LabelSelector (the loader reads both alike), but MetalLB's CRD requires `values`.
+_V1BETA1_SELECTOR: Final = replace(
+    definition("labelSelector"),
+    name="",
+    api=None,
+    fields=(
+        field(SELECTOR_FIELDS, "matchLabels"),
+        replace(
+            field(SELECTOR_FIELDS, "matchExpressions"),
+            api=None,
+            items=Field(
+                type="object",
+                fields=tuple(
+                    replace(f, api=Api(required=True, min_items=1 if f.name == "values" else None))
+                    for f in REQUIREMENT_FIELDS
+                ),
+            ),
+        ),
+    ),
+)
+#: What MetalLB's v1beta1 CRD states otherwise than v1beta2's (bgpd.config.crds).
+_V1BETA1_API: Final = {
+    "peerASN": Api(required=True),
+    "peerAddress": Api(required=True),
+    "peerPort": Api(minimum=0, maximum=16384),
+}
+
+
+def _v1beta1(f: Field) -> Field:
+    """A v1beta2 field as MetalLB's v1beta1 CRD states it (the loader reads both alike)."""
+    if f.name == "nodeSelectors":
+        return replace(f, ref=None, type="array", nullable=True, items=_V1BETA1_SELECTOR)
+    return replace(f, api=_V1BETA1_API.get(f.name, f.api))
+
+
 #: The older metallb.io/v1beta1 BGPPeer has a subset of the fields (same meaning).
 PEER_V1BETA1: Final = KindTable(
     kind="BGPPeer",
@@ -111,10 +191,13 @@ PEER_V1BETA1: Final = KindTable(
     definition="BGPPeerV1beta1",
     description="MetalLB BGPPeer (older version; same meaning).",
     spec_required=True,
-    spec=_PEER_FIELDS,
+    spec=tuple(_v1beta1(f) for f in _PEER_FIELDS),
+    columns=_PEER_COLUMNS,
+    deprecation="v1beta1 is deprecated, please use v1beta2",
 )
 _PEER_UNSUPPORTED: Final = {
-    "localASN": "MetalLB's BGPPeer has no localASN; the local AS is myASN",
+    "localASN": "every BGPPeer has its own myASN, which is the session's local AS; set myASN "
+    "to this value",
     "interface": "ExaBGP has no BGP unnumbered (it cannot learn the router's link-local "
     "address from an interface); set peerAddress to an address of the router",
     "vrf": "kube-bgpd opens every session, chooses its local address and listens in the "
@@ -125,9 +208,30 @@ _PEER_UNSUPPORTED: Final = {
 }
 
 
+#: MetalLB's CRD defaults (the API server stores them on every v1beta2 BGPPeer).
+_API_DEFAULTS: Final = {
+    f.name: f.api.default
+    for f in _PEER_API_ONLY
+    if f.api is not None and f.api.default is not NO_DEFAULT
+}
+
+
+def _without_api_defaults(spec: object) -> object:
+    """The spec without refused fields that hold their CRD default: disableMP and
+    dualStackAddressFamily false mean what kube-bgpd does, and the API server writes them
+    on every BGPPeer, so only another value is refused."""
+    if not isinstance(spec, Mapping):
+        return spec
+    return {
+        k: v
+        for k, v in spec.items()
+        if not (k in _API_DEFAULTS and type(v) is type(_API_DEFAULTS[k]) and v == _API_DEFAULTS[k])
+    }
+
+
 def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> BGPPeer | None:
     table = PEER_V1BETA2 if version == METALLB_V1BETA2 else PEER_V1BETA1
-    f = read_fields(doc, "spec", spec, names(table.spec), _PEER_UNSUPPORTED)
+    f = read_fields(doc, "spec", _without_api_defaults(spec), names(table.spec), _PEER_UNSUPPORTED)
     if f is None:
         return None
     before = doc.errors

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Final
 
-from bgpd.config.fields import METALLB_V1BETA1, Field, KindTable, names
+from bgpd.config.fields import METALLB_V1BETA1, Api, Column, Field, KindTable, names
 from bgpd.config.issues import MISSING, Doc
 from bgpd.config.parsed import Parsed
 from bgpd.config.values import (
@@ -53,10 +53,25 @@ POOL: Final = KindTable(
             required=True,
             description="CIDRs (10.0.0.0/24), ranges (10.0.0.10-10.0.0.20) or single "
             "addresses, IPv4 or IPv6.",
+            api=Api(required=True),
         ),
-        Field("autoAssign", type="boolean", default=True),
-        Field("avoidBuggyIPs", type="boolean", default=False),
+        Field("autoAssign", type="boolean", default=True, api=Api(default=True)),
+        Field("avoidBuggyIPs", type="boolean", default=False, api=Api(default=False)),
         Field("serviceAllocation", type="object", nullable=True, fields=SERVICE_ALLOCATION_FIELDS),
+    ),
+    spec_api=Api(required=True),
+    # MetalLB's controller counts the pool's addresses here; kube-bgpd writes no status.
+    status=Field(
+        type="object",
+        fields=tuple(
+            Field(name, type="integer", api=Api(format="int64", required=True))
+            for name in ("assignedIPv4", "assignedIPv6", "availableIPv4", "availableIPv6")
+        ),
+    ),
+    columns=(
+        Column("Auto Assign", ".spec.autoAssign", "boolean"),
+        Column("Avoid Buggy IPs", ".spec.avoidBuggyIPs", "boolean"),
+        Column("Addresses", ".spec.addresses", "string"),
     ),
 )
 

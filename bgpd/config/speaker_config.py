@@ -7,7 +7,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
-from bgpd.config.fields import KUBE_BGPD_V1ALPHA1, NO_CONTROL, Field, KindTable, names
+from bgpd.config.fields import KUBE_BGPD_V1ALPHA1, NO_CONTROL, Column, Field, KindTable, names
 from bgpd.config.issues import Doc
 from bgpd.config.values import (
     join_path,
@@ -55,6 +55,10 @@ DATA_PLANE_CHECK_FIELDS: Final = (
     Field("successThreshold", type="integer", minimum=1, maximum=100, default=2),
 )
 
+#: The status condition that says whether a SpeakerConfig is in force (written by the
+#: controller when it reads the configuration from the cluster).
+ACCEPTED_CONDITION: Final = "Accepted"
+
 SPEAKER: Final = KindTable(
     kind="SpeakerConfig",
     api_version=KUBE_BGPD_V1ALPHA1,
@@ -92,6 +96,15 @@ SPEAKER: Final = KindTable(
             description="Announce only while kube-proxy's health answers pass (off when "
             "absent); see docs/configuration.md.",
         ),
+    ),
+    plural="speakerconfigs",
+    columns=(
+        Column(
+            ACCEPTED_CONDITION,
+            f'.status.conditions[?(@.type=="{ACCEPTED_CONDITION}")].status',
+            "string",
+        ),
+        Column("Age", ".metadata.creationTimestamp", "date"),
     ),
 )
 

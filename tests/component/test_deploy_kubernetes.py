@@ -45,6 +45,9 @@ KUSTOMIZATIONS = [
     pytest.param("overlays/retain", id="overlay-retain"),
 ]
 
+#: The kinds of the manifests that live in no namespace.
+CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
+
 rendered = kit.rendered
 one = kit.one
 container = kit.container
@@ -121,7 +124,7 @@ def test_everything_lives_in_one_namespace(path: str) -> None:
     docs = rendered(path)
     one(docs, "Namespace", NAMESPACE)
     for d in docs:
-        if d["kind"] in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+        if d["kind"] in CLUSTER_SCOPED:
             assert "namespace" not in d["metadata"]
         else:
             assert d["metadata"]["namespace"] == NAMESPACE, d["metadata"]["name"]

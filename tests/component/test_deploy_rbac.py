@@ -24,6 +24,7 @@ from urllib.parse import parse_qs
 
 import deploy_kit as kit
 import pytest
+import yaml
 
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
 from kbgpd_lab.kit import manifests
@@ -461,3 +462,61 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
     finally:
         stop(proc, log)
     check_exact(kit.rendered(), "kube-bgpd-speaker", sim.request_log)
+
+
+# ---------------------------------------------------------------- config from the cluster
+
+
+def with_config_from_cluster(tmp_path: Path) -> list[dict[str, Any]]:
+    """The base with the config-from-cluster component, rendered by the real kubectl."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    # kustomize takes no absolute path to a kustomization.
+    base = os.path.relpath(kit.DEPLOY / "base", overlay)
+    component = os.path.relpath(kit.DEPLOY / "components" / "config-from-cluster", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{base}]\ncomponents: [{component}]\n"
+    )
+    out = subprocess.run(
+        [kit.KUBECTL, "kustomize", str(overlay)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+@pytest.mark.parametrize(
+    ("account", "writes"),
+    [
+        pytest.param("kube-bgpd-speaker", set(), id="speaker"),
+        pytest.param(
+            "kube-bgpd-controller",
+            {("kube-bgpd.io", "speakerconfigs/status", "patch")},
+            id="controller",
+        ),
+    ],
+)
+def test_config_from_cluster_reads_every_crd(
+    account: str, writes: set[tuple[str, str, str]], tmp_path: Path
+) -> None:
+    """The component grants list and watch on every resource deploy/kubernetes/crds
+    defines, in any namespace, and nothing else on those groups but `writes`. (Which of
+    these verbs the code uses the exactness tests above check once the processes run
+    with --config-from-cluster.)"""
+    docs = with_config_from_cluster(tmp_path)
+    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    assert crds
+    rules = grants(docs, account)
+    reads = {
+        (d["spec"]["group"], d["spec"]["names"]["plural"], verb)
+        for d in crds
+        for verb in ("list", "watch")
+    }
+    for group, resource, verb in reads:
+        assert any(g.allows(Attributes(verb, group, resource, "any", None)) for g in rules)
+    groups = {d["spec"]["group"] for d in crds}
+    granted = {t for g in rules for t in g.triples() if t[0] in groups}
+    assert granted == reads | writes

@@ -238,8 +238,8 @@ BAD: list[Any] = [
             "per address family",
             "BGPPeer tor-a: spec.dualStackAddressFamily: not supported: kube-bgpd runs one "
             "session per address family; add a BGPPeer for the other family",
-            "BGPPeer tor-a: spec.localASN: not supported: MetalLB's BGPPeer has no localASN; "
-            "the local AS is myASN",
+            "BGPPeer tor-a: spec.localASN: not supported: every BGPPeer has its own myASN, "
+            "which is the session's local AS; set myASN to this value",
         ],
         id="peer-unsupported-mp",
     ),
