@@ -375,6 +375,35 @@ def test_invalid_crd_is_refused(api: client.ApiClient) -> None:
     )
 
 
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED_CRDS = ROOT / "deploy" / "kubernetes" / "crds"
+EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.yaml"))
+
+
+def test_the_shipped_crds_serve_the_config_examples(
+    sim: ApiSimulatorThread, kubectl: Kubectl
+) -> None:
+    out = kubectl("apply", "-k", str(SHIPPED_CRDS))
+    assert out.count("customresourcedefinition.apiextensions.k8s.io/") == 6
+    assert EXAMPLES
+    for example in EXAMPLES:
+        proc = kubectl.run("apply", "-n", NS, "-f", str(example))
+        assert proc.returncode == 0, f"{example.name}: {proc.stderr}"
+        assert proc.stderr == "", f"{example.name}: {proc.stderr}"  # no unknown fields
+        assert " created" in proc.stdout
+    peers = kubectl.json("get", "bgppeers.v1beta1.metallb.io", "-n", NS)["items"]
+    assert peers
+    assert {p["apiVersion"] for p in peers} == {"metallb.io/v1beta1"}
+    name = peers[0]["metadata"]["name"]
+    err = kubectl.fails(
+        "patch", "bgppeer", name, "-n", NS, "--type", "merge", "-p", '{"spec":{"holdTime":90}}'
+    )
+    assert (
+        'spec.holdTime: Invalid value: "integer": spec.holdTime in body must be of type '
+        'string: "integer"'
+    ) in err
+
+
 def test_seed_loads_crds_before_their_objects(tmp_path: Path) -> None:
     from kbgpd_lab.cli.apisim import crd_objects, seed_order
 
@@ -386,6 +415,7 @@ def test_seed_loads_crds_before_their_objects(tmp_path: Path) -> None:
     (tmp_path / "crds" / "notes.txt").write_text("not a manifest")
     crds = crd_objects([tmp_path / "crds"])
     assert [c["metadata"]["name"] for c in crds] == ["bgppeers.metallb.io"]
+    assert len(crd_objects([SHIPPED_CRDS])) == 6  # its kustomization.yaml is skipped
     assert [o["kind"] for o in seed_order([peer("x"), *crds])] == [
         "CustomResourceDefinition",
         "BGPPeer",
