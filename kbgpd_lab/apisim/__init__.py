@@ -3,7 +3,9 @@
 Speaks kube-apiserver's REST protocol well enough for the unmodified official Python
 client (sync and `kubernetes.aio`) and kubectl: global resourceVersion, list/watch with
 selectors, paging, replay, bookmarks and 410 Expired, writes with conflicts, finalizers
-and status subresources, three patch types, discovery, Status errors.
+and status subresources, four patch types, discovery, OpenAPI v2/v3, Status errors, and
+CustomResourceDefinitions (custom resources appear when their CRD is created, with
+structural-schema pruning, defaulting and validation).
 
 In-process use::
 
@@ -21,13 +23,12 @@ This package must not import the `kubernetes` client: it is the other side of th
 """
 
 from kbgpd_lab.apisim.errors import ApiError
-from kbgpd_lab.apisim.resources import METALLB_RESOURCES, RESOURCES, ResourceDef, ResourceTable
+from kbgpd_lab.apisim.resources import RESOURCES, ResourceDef, ResourceTable
 from kbgpd_lab.apisim.server import ApiSimulator, RequestRecord
 from kbgpd_lab.apisim.store import Store, WatchEvent
 from kbgpd_lab.apisim.threaded import ApiSimulatorThread
 
 __all__ = [
-    "METALLB_RESOURCES",
     "RESOURCES",
     "ApiError",
     "ApiSimulator",

@@ -7,7 +7,10 @@ against a real server. This module does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+from kbgpd_lab.apisim.schema import FieldError
 
 _REASONS = {
     400: "BadRequest",
@@ -120,6 +123,16 @@ def invalid(kind: str, group: str, name: str, message: str) -> ApiError:
         group=group,
         kind=kind,
     )
+
+
+def invalid_fields(kind: str, group: str, name: str, errors: Sequence[FieldError]) -> ApiError:
+    """422 Invalid listing field errors, as `errors.NewInvalid` (one, or `[a, b]`)."""
+    text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(map(str, errors)) + "]"
+    error = invalid(kind, group, name, text)
+    error.details["causes"] = [
+        {"reason": e.reason, "message": e.body(), "field": e.field} for e in errors
+    ]
+    return error
 
 
 def expired(message: str) -> ApiError:

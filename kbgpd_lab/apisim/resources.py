@@ -1,16 +1,20 @@
 """The table of kinds the API simulator serves: one `ResourceDef` per REST resource.
 
 Everything kind-specific in the simulator (URL paths, discovery documents, list kinds,
-status subresource, generation, selectable fields, strategic-merge list keys) is read from
-this table, so serving another kind (the metallb.io config kinds, say) is one entry here.
-This module holds data only: no I/O, no state.
+status subresource, generation, selectable fields, strategic-merge list keys, schema,
+printer columns) is read from this table. The built-in kinds are fixed (`RESOURCES`);
+custom resources enter the table when a CustomResourceDefinition is created
+(`ResourceTable.register`, called by the store, see `kbgpd_lab.apisim.crds`) and leave it
+when the CRD is deleted, as kube-apiserver's apiextensions-apiserver does. No I/O.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 #: Strategic-merge list keys: path of a list field (list elements are transparent in the
 #: path) -> the merge key, or "" for a list of scalars merged as a set. Lists absent from
@@ -75,6 +79,17 @@ class ResourceDef:
     #: A custom resource: list items keep kind/apiVersion (the apiserver serves CRDs as
     #: unstructured objects), and strategic merge is not allowed (415), as for CRDs.
     crd: bool = False
+    #: The structural openAPIV3Schema of a custom resource's version (None: no
+    #: validation, pruning or defaulting, as for the built-in kinds here).
+    schema: Mapping[str, Any] | None = field(default=None, compare=False)
+    #: The version objects are stored in ("" = this one). Served versions of one CRD
+    #: share the objects; they go out with the apiVersion the client asked for.
+    storage_version: str = ""
+    #: A CRD's additionalPrinterColumns (name, type, jsonPath, priority, description,
+    #: format) for the Table kubectl asks for; empty: Name and Age.
+    printer_columns: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    #: The list kind when it is not `{kind}List` (a CRD's spec.names.listKind).
+    list_kind_name: str = ""
 
     @property
     def api_version(self) -> str:
@@ -82,7 +97,25 @@ class ResourceDef:
 
     @property
     def list_kind(self) -> str:
-        return f"{self.kind}List"
+        return self.list_kind_name or f"{self.kind}List"
+
+    @property
+    def storage_api_version(self) -> str:
+        """The apiVersion stored objects carry (this version's unless another stores)."""
+        version = self.storage_version or self.version
+        return f"{self.group}/{version}" if self.group else version
+
+    def served_as(self, body: bytes) -> bytes:
+        """A stored object's JSON as this version serves it (`conversion: None`).
+
+        Stored encodings start with kind then apiVersion, so the first apiVersion in the
+        bytes is the object's own; only that one is rewritten.
+        """
+        stored = self.storage_api_version
+        if stored == self.api_version:
+            return body
+        old = b'"apiVersion":"' + stored.encode() + b'"'
+        return body.replace(old, b'"apiVersion":"' + self.api_version.encode() + b'"', 1)
 
     @property
     def key(self) -> str:
@@ -234,6 +267,18 @@ RESOURCES: tuple[ResourceDef, ...] = (
         singular="lease",
     ),
     ResourceDef(
+        group="apiextensions.k8s.io",
+        version="v1",
+        plural="customresourcedefinitions",
+        kind="CustomResourceDefinition",
+        namespaced=False,
+        singular="customresourcedefinition",
+        short_names=("crd", "crds"),
+        status_subresource=True,
+        has_generation=True,
+        categories=("api-extensions",),
+    ),
+    ResourceDef(
         group="events.k8s.io",
         version="v1",
         plural="events",
@@ -254,49 +299,46 @@ RESOURCES: tuple[ResourceDef, ...] = (
 )
 
 
-def _metallb(kind: str, plural: str, version: str = "v1beta1") -> ResourceDef:
-    # MetalLB's CRDs (config/crd in metallb/metallb): namespaced, generation, no status.
-    return ResourceDef(
-        group="metallb.io",
-        version=version,
-        plural=plural,
-        kind=kind,
-        namespaced=True,
-        singular=kind.lower(),
-        has_generation=True,
-        crd=True,
-    )
-
-
-#: The MetalLB config kinds (BGPPeer in its storage version v1beta2 only: the simulator
-#: does not convert between versions). Not served unless a table includes them.
-METALLB_RESOURCES: tuple[ResourceDef, ...] = (
-    _metallb("IPAddressPool", "ipaddresspools"),
-    _metallb("BGPPeer", "bgppeers", "v1beta2"),
-    _metallb("BGPAdvertisement", "bgpadvertisements"),
-    _metallb("Community", "communities"),
-    _metallb("BFDProfile", "bfdprofiles"),
-)
-
 VERBS = _VERBS
 
 
 class ResourceTable:
-    """Look-ups over a tuple of `ResourceDef` by URL parts, by kind and by name."""
+    """Look-ups over the served `ResourceDef`s by URL parts, by kind and by name.
+
+    The built-in kinds come first and stay; `register` adds the versions of one custom
+    resource and `unregister` removes them (the store calls both as CRDs come and go).
+    """
 
     def __init__(self, resources: tuple[ResourceDef, ...] | None = None) -> None:
-        if resources is None:
-            resources = RESOURCES + METALLB_RESOURCES
-        self.resources = resources
+        self.resources: tuple[ResourceDef, ...] = RESOURCES if resources is None else resources
+        self._index()
+
+    def _index(self) -> None:
+        resources = self.resources
         self._by_path = {(r.group, r.version, r.plural): r for r in resources}
         self._by_gvk: dict[tuple[str, str], ResourceDef] = {}
         self._by_name: dict[str, ResourceDef] = {}
-        # Later entries never shadow earlier ones: "events"/"Event" mean core v1.
+        # Later entries never shadow earlier ones: "events"/"Event" mean core v1, and a
+        # custom resource's first (preferred) version answers to its names.
         for r in resources:
             self._by_gvk.setdefault((r.api_version, r.kind), r)
             for name in (r.key, r.plural, r.kind, r.singular, *r.short_names):
                 self._by_name.setdefault(name, r)
                 self._by_name.setdefault(name.lower(), r)
+
+    def register(self, defs: tuple[ResourceDef, ...]) -> None:
+        """Serve the versions of one custom resource (replacing what it served before)."""
+        if not defs:
+            return
+        key = defs[0].key
+        kept = tuple(r for r in self.resources if not (r.crd and r.key == key))
+        self.resources = kept + defs
+        self._index()
+
+    def unregister(self, key: str) -> None:
+        """Stop serving the custom resource `plural.group`."""
+        self.resources = tuple(r for r in self.resources if not (r.crd and r.key == key))
+        self._index()
 
     def by_path(self, group: str, version: str, plural: str) -> ResourceDef | None:
         return self._by_path.get((group, version, plural))
@@ -309,13 +351,37 @@ class ResourceTable:
         return self._by_name.get(name) or self._by_name.get(name.lower())
 
     def group_versions(self) -> dict[str, list[str]]:
-        """group -> versions, in table order (the core group is "")."""
+        """group -> versions, preferred first (the core group is "").
+
+        Built-in groups in table order; a custom resource's group orders its versions
+        as kube-apiserver does (`version_priority`: v2 > v1 > v1beta2 > v1alpha1).
+        """
         out: dict[str, list[str]] = {}
+        custom: set[str] = set()
         for r in self.resources:
             versions = out.setdefault(r.group, [])
+            if r.crd:
+                custom.add(r.group)
             if r.version not in versions:
                 versions.append(r.version)
+        for group in custom:
+            out[group].sort(key=version_priority)
         return out
 
     def in_group_version(self, group: str, version: str) -> list[ResourceDef]:
         return [r for r in self.resources if r.group == group and r.version == version]
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Sort key putting Kubernetes versions in kube-apiserver's order of preference.
+
+    GA before beta before alpha, higher numbers first, and versions that do not look
+    like Kubernetes versions last in alphabetical order (apimachinery's
+    CompareKubeAwareVersionStrings).
+    """
+    match = re.fullmatch(r"v(\d+)(?:(alpha|beta)(\d+))?", version)
+    if match is None:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -int(major), -int(minor or 0), "")

@@ -6,8 +6,10 @@ and health endpoints; LIST with label/field selectors and limit/continue paging;
 as a chunked stream of one JSON event per line (replay from a resourceVersion, 410 in the
 stream when it is compacted, bookmarks, timeoutSeconds, selector transitions); POST,
 PUT, PATCH (merge, JSON, strategic merge, a subset of server-side apply), DELETE and
-DELETE on a collection; errors as Status objects; Tables for `kubectl get`. Every event
-is serialized once and the same bytes go to every watcher.
+DELETE on a collection; errors as Status objects with `Warning` headers; Tables for
+`kubectl get`; `/openapi/v2` and `/openapi/v3`; custom resources of the CRDs in the store,
+served in every version (the store validates them). Every event is serialized once and
+the same bytes go to every watcher.
 
 Test hooks, by name (other helpers rely on them):
 
@@ -25,7 +27,7 @@ Test hooks, by name (other helpers rely on them):
   (``sim.ca_cert``) and a required bearer token.
 
 It must not be used for anything but tests, the lab and demos: there is no
-authorization, admission, validation of object schemas, or persistence.
+authorization, admission, validation of built-in kinds, or persistence.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from aiohttp import web
 
 from bgpd.logs import log
 from bgpd.model import LabelSelector
-from kbgpd_lab.apisim import discovery, tables
+from kbgpd_lab.apisim import discovery, openapi, tables
 from kbgpd_lab.apisim.errors import ApiError, bad_request, expired, status_object
 from kbgpd_lab.apisim.protobuf import ProtobufError, decode_object
 from kbgpd_lab.apisim.resources import ResourceDef, ResourceTable
@@ -57,7 +59,16 @@ from kbgpd_lab.apisim.selectors import (
     parse_field_selector,
     parse_label_selector,
 )
-from kbgpd_lab.apisim.store import Key, PatchType, Record, Store, WatchEvent, encode
+from kbgpd_lab.apisim.store import (
+    CRD_KEY,
+    FieldValidation,
+    Key,
+    PatchType,
+    Record,
+    Store,
+    WatchEvent,
+    encode,
+)
 from kbgpd_lab.apisim.tls import SelfSigned, make_self_signed
 
 _LOG = logging.getLogger("kbgpd_lab.apisim")
@@ -139,6 +150,8 @@ class _Watch:
 
     def on_event(self, event: WatchEvent) -> None:
         if event.resource.key != self.rd.key:
+            if self.rd.crd and event.resource.key == CRD_KEY and event.type == "DELETED":
+                self.wake.set()  # perhaps this watch's CRD: the stream checks and ends
             return
         if self.namespace is not None and event.key[0] != self.namespace:
             return
@@ -167,14 +180,14 @@ class _Watch:
             else:
                 return None
         if not self.as_table:
-            return event.line(event_type)
-        obj = json.loads(event.line(event_type))["object"]
+            return self.rd.served_as(event.line(event_type))
+        obj = json.loads(self.rd.served_as(event.line(event_type)))["object"]
         return self.table_line(event_type, obj)
 
     def initial_line(self, record: Record) -> bytes:
         if self.as_table:
             return self.table_line("ADDED", record.obj)
-        return b'{"type":"ADDED","object":' + record.json() + b"}\n"
+        return b'{"type":"ADDED","object":' + self.rd.served_as(record.json()) + b"}\n"
 
     def table_line(self, event_type: str, obj: Mapping[str, Any]) -> bytes:
         meta = {"resourceVersion": obj["metadata"].get("resourceVersion", "")}
@@ -366,7 +379,21 @@ class ApiSimulator:
             raise ApiError(401, "Unauthorized")
         parts = [p for p in request.path.split("/") if p]
         if not parts:
-            return _json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
+            return _json(
+                {
+                    "paths": [
+                        "/api",
+                        "/api/v1",
+                        "/apis",
+                        "/healthz",
+                        "/openapi/v2",
+                        "/openapi/v3",
+                        "/version",
+                    ]
+                }
+            )
+        if parts[0] == "openapi":
+            return self._openapi(request, parts)
         if parts[0] in ("healthz", "readyz", "livez"):
             return web.Response(text="ok", content_type="text/plain")
         if parts == ["version"]:
@@ -384,6 +411,23 @@ class ApiSimulator:
             headers = {"Retry-After": "1"} if code == 429 else None
             return _status_response(ApiError(code, message), headers=headers)
         return await self._resource(request, target)
+
+    def _openapi(self, request: web.Request, parts: list[str]) -> web.Response:
+        if parts == ["openapi", "v2"]:
+            accept = request.headers.get("Accept", "")
+            if openapi.V2_PROTOBUF in accept:
+                # What client-go asks for: a document without definitions (see there).
+                body = openapi.v2_protobuf()
+                return web.Response(body=body, headers={"Content-Type": openapi.V2_PROTOBUF_SERVED})
+            if not openapi.wants_json(accept):
+                raise ApiError(406, "only JSON and protobuf are served for /openapi/v2")
+            return _json(openapi.v2_document(self.table))
+        if parts == ["openapi", "v3"]:
+            return _json(openapi.v3_index(self.table))
+        doc = openapi.v3_document(self.table, "/".join(parts[2:])) if len(parts) > 2 else None
+        if doc is None:
+            raise ApiError(404, "the server could not find the requested resource")
+        return _json(doc)
 
     def _discovery(self, parts: list[str]) -> dict[str, Any] | None:
         if parts == ["api"]:
@@ -433,6 +477,8 @@ class ApiSimulator:
         method = request.method
         q = request.query
         dry_run = "All" in q.getall("dryRun", [])
+        validation = _field_validation(q.get("fieldValidation", ""))
+        warnings: list[str] = []
         if t.name is None:
             if method == "GET":
                 if t.legacy_watch or parse_bool(q.get("watch", "false") or "false"):
@@ -446,8 +492,10 @@ class ApiSimulator:
                     resource=t.rd,
                     reset_status=t.rd.create_resets_status,
                     dry_run=dry_run,
+                    field_validation=validation,
+                    warnings=warnings,
                 )
-                return _raw(created.json(), status=201)
+                return _warned(_raw(t.rd.served_as(created.json()), status=201), warnings)
             if method == "DELETE":
                 return self._delete_collection(request, t, dry_run=dry_run)
             raise ApiError(405, f"{method} is not supported on a collection")
@@ -460,7 +508,7 @@ class ApiSimulator:
             if tables.wants_table(request.headers.get("Accept", "")):
                 meta = {"resourceVersion": str(record.rv)}
                 return _json(tables.table(t.rd, [record.obj], meta))
-            return _raw(record.json())
+            return _raw(t.rd.served_as(record.json()))
         if method == "PUT":
             body = await _body(request)
             updated = self.store.update_record(
@@ -470,17 +518,30 @@ class ApiSimulator:
                 resource=t.rd,
                 subresource=t.subresource,
                 dry_run=dry_run,
+                field_validation=validation,
+                warnings=warnings,
             )
-            return _raw(updated.json())
+            return _warned(_raw(t.rd.served_as(updated.json())), warnings)
         if method == "PATCH":
-            return await self._patch(request, t, dry_run=dry_run)
+            response = await self._patch(
+                request, t, dry_run=dry_run, validation=validation, warnings=warnings
+            )
+            return _warned(response, warnings)
         if method == "DELETE":
             return await self._delete(request, t, dry_run=dry_run)
         raise ApiError(405, f"{method} is not supported")
 
     # ------------------------------------------------------------------ writes
 
-    async def _patch(self, request: web.Request, t: _Target, *, dry_run: bool) -> web.Response:
+    async def _patch(
+        self,
+        request: web.Request,
+        t: _Target,
+        *,
+        dry_run: bool,
+        validation: FieldValidation,
+        warnings: list[str],
+    ) -> web.Response:
         assert t.name is not None
         content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
         patch_type = _PATCH_TYPES.get(content_type)
@@ -518,8 +579,10 @@ class ApiSimulator:
             patch_type=patch_type,
             subresource=t.subresource,
             dry_run=dry_run,
+            field_validation=validation,
+            warnings=warnings,
         )
-        return _raw(patched.json(), status=200 if existed else 201)
+        return _raw(t.rd.served_as(patched.json()), status=200 if existed else 201)
 
     async def _delete(self, request: web.Request, t: _Target, *, dry_run: bool) -> web.Response:
         assert t.name is not None
@@ -542,7 +605,7 @@ class ApiSimulator:
                 "uid": record.obj["metadata"]["uid"],
             }
             return _json(status_object(200, "", "", details))
-        return _raw(record.json())
+        return _raw(t.rd.served_as(record.json()))
 
     def _delete_collection(
         self, request: web.Request, t: _Target, *, dry_run: bool
@@ -556,7 +619,7 @@ class ApiSimulator:
             if record is None or not _selected(record.obj, labels, fields):
                 continue
             gone, _ = self.store.delete_record(t.rd, key[1], key[0] or None, dry_run=dry_run)
-            deleted.append(gone.json() if t.rd.crd else gone.item_json())
+            deleted.append(t.rd.served_as(gone.json()) if t.rd.crd else gone.item_json())
         return _raw(self._list_body(t.rd, str(self.store.resource_version), "", None, deleted))
 
     # ------------------------------------------------------------------ list
@@ -618,7 +681,7 @@ class ApiSimulator:
         if tables.wants_table(request.headers.get("Accept", "")):
             meta = _list_meta(str(list_rv), cont, remaining)
             return _json(tables.table(t.rd, [r.obj for r in selected], meta))
-        items = [r.json() if t.rd.crd else r.item_json() for r in selected]
+        items = [t.rd.served_as(r.json()) if t.rd.crd else r.item_json() for r in selected]
         return _raw(self._list_body(t.rd, str(list_rv), cont, remaining, items))
 
     @staticmethod
@@ -720,6 +783,8 @@ class ApiSimulator:
                 if lines:
                     await response.write(b"".join(lines))
                 continue
+            if self._unserved(watch.rd):
+                break  # its CRD was deleted: the apiserver ends these watches
             now = loop.time()
             if deadline is not None and now >= deadline:
                 break
@@ -742,6 +807,9 @@ class ApiSimulator:
         if watch.cut:
             return
         await response.write_eof()
+
+    def _unserved(self, rd: ResourceDef) -> bool:
+        return rd.crd and self.table.by_path(rd.group, rd.version, rd.plural) is None
 
     def _next_bookmark(self, now: float, deadline: float | None) -> float | None:
         """When to send the next bookmark, as the apiserver's cacheWatcher schedules it.
@@ -777,6 +845,27 @@ def _selected(
     if labels is not None and not labels.matches(obj.get("metadata", {}).get("labels") or {}):
         return False
     return fields is None or fields.matches(obj)
+
+
+def _field_validation(text: str) -> FieldValidation:
+    """The `fieldValidation` query parameter (default Warn, as kube-apiserver's)."""
+    if text in ("", "Warn"):
+        return "Warn"
+    if text == "Strict":
+        return "Strict"
+    if text == "Ignore":
+        return "Ignore"
+    raise bad_request(
+        f'fieldValidation: Unsupported value: "{text}": supported values: "Ignore", "Strict", '
+        '"Warn"'
+    )
+
+
+def _warned(response: web.Response, warnings: list[str]) -> web.Response:
+    """Add one `Warning: 299 - "text"` header per warning (RFC 7234, as the apiserver)."""
+    for text in warnings:
+        response.headers.add("Warning", "299 - " + json.dumps(text, ensure_ascii=False))
+    return response
 
 
 def _bearer_ok(request: web.Request, token: str) -> bool:

@@ -9,6 +9,11 @@ Deletes honour finalizers (deletionTimestamp first; the object goes when the las
 finalizer is removed). Writes to the main resource keep `.status` for kinds with a status
 subresource; status writes change only `.status`.
 
+It is also apiextensions-apiserver: writing a CustomResourceDefinition registers the
+resources it serves in the table (deleting it deletes their objects first), and every
+write of a custom resource is pruned, defaulted and validated against its version's
+structural schema (`kbgpd_lab.apisim.schema`); objects are stored in the storage version.
+
 The store is synchronous and single-threaded: it must be used from the event loop that
 runs the simulator (the threaded helper marshals calls into it), and subscribers are
 called synchronously inside the write. It knows nothing about HTTP.
@@ -24,13 +29,14 @@ from __future__ import annotations
 import bisect
 import json
 import random
+import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from kbgpd_lab.apisim import defaults
+from kbgpd_lab.apisim import crds, defaults, schema
 from kbgpd_lab.apisim.errors import (
     ApiError,
     already_exists,
@@ -38,6 +44,7 @@ from kbgpd_lab.apisim.errors import (
     conflict,
     expired,
     invalid,
+    invalid_fields,
     not_found,
 )
 from kbgpd_lab.apisim.patch import PatchError, clone, json_patch, merge_patch, strategic_merge
@@ -46,6 +53,20 @@ from kbgpd_lab.apisim.resources import ResourceDef, ResourceTable
 Obj = dict[str, Any]
 Key = tuple[str, str]
 PatchType = Literal["merge", "strategic", "json", "apply"]
+#: The `fieldValidation` query parameter: what to do with fields the schema does not
+#: know (they are pruned either way): nothing, a warning, or refuse the write (400).
+FieldValidation = Literal["Ignore", "Warn", "Strict"]
+CRD_KEY = "customresourcedefinitions.apiextensions.k8s.io"
+#: A custom resource's name is a DNS subdomain (apimachinery's IsDNS1123Subdomain).
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', "
+    "regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+#: Where a write appends the warnings it has for the client (the Warning headers).
+Warnings = list[str]
 
 _ENC = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # Names from generateName use the apiserver's alphabet (no vowels, no confusable digits).
@@ -197,7 +218,7 @@ class Store:
 
     def records(self, rd: ResourceDef) -> dict[Key, Record]:
         """The live records of one kind (read-only view for the server)."""
-        return self._objects[rd.key]
+        return self._objects.setdefault(rd.key, {})
 
     def history_after(self, resource_version: int) -> Iterator[WatchEvent]:
         """Events with a resourceVersion above `resource_version`; 410 if compacted."""
@@ -276,8 +297,14 @@ class Store:
         resource: ResourceDef | None = None,
         reset_status: bool = False,
         dry_run: bool = False,
+        field_validation: FieldValidation = "Warn",
+        warnings: Warnings | None = None,
     ) -> Record:
-        """`create`, answering with the stored record (the server sends its cached JSON)."""
+        """`create`, answering with the stored record (the server sends its cached JSON).
+
+        Unknown fields of a custom resource are pruned; with `field_validation` "Warn"
+        their names are appended to `warnings`, with "Strict" the write is refused.
+        """
         rd = resource or self._resource_of(obj)
         new = self._checked_body(rd, obj, namespace)
         meta = new["metadata"]
@@ -305,7 +332,11 @@ class Store:
         else:
             meta.pop("generation", None)
         defaults.apply(rd, new, None, self._allocator)
-        return self._commit(rd, key, new, None, dry_run=dry_run)
+        self._admit(rd, new, None, field_validation, warnings, verb="create")
+        record = self._commit(rd, key, new, None, dry_run=dry_run)
+        if rd.key == CRD_KEY and not dry_run:
+            self._serve_crd(record.obj)
+        return record
 
     def update(
         self,
@@ -336,6 +367,8 @@ class Store:
         resource: ResourceDef | None = None,
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: FieldValidation = "Warn",
+        warnings: Warnings | None = None,
     ) -> Record:
         """`update`, answering with the stored record."""
         rd = resource or self._resource_of(obj)
@@ -367,7 +400,16 @@ class Store:
                 group=rd.group,
                 kind=rd.plural,
             )
-        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run)
+        return self._replace(
+            rd,
+            key,
+            old,
+            body,
+            subresource=subresource,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings,
+        )
 
     def update_status(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
         """PUT on the status subresource: only `.status` changes."""
@@ -410,6 +452,8 @@ class Store:
         patch_type: PatchType = "merge",
         subresource: str | None = None,
         dry_run: bool = False,
+        field_validation: FieldValidation = "Warn",
+        warnings: Warnings | None = None,
     ) -> Record:
         """`patch`, answering with the stored record."""
         rd = self.resolve(resource)
@@ -425,8 +469,17 @@ class Store:
             if body["metadata"].get("name", name) != name:
                 raise bad_request("the name of the object does not match the name on the URL")
             body["metadata"] = {**body["metadata"], "name": name}
-            return self.create_record(body, namespace=namespace, resource=rd, dry_run=dry_run)
+            return self.create_record(
+                body,
+                namespace=namespace,
+                resource=rd,
+                dry_run=dry_run,
+                field_validation=field_validation,
+                warnings=warnings,
+            )
         base = old.copy()
+        # The patch applies to the object as the requested version serves it.
+        base["apiVersion"] = rd.api_version
         try:
             if patch_type == "merge":
                 patched = merge_patch(base, patch)
@@ -445,7 +498,16 @@ class Store:
             # A patch that carries a resourceVersion is a precondition (kubectl uses it).
             raise conflict(rd.plural, rd.group, name)
         body = self._checked_body(rd, patched, namespace, owned=True)
-        return self._replace(rd, key, old, body, subresource=subresource, dry_run=dry_run)
+        return self._replace(
+            rd,
+            key,
+            old,
+            body,
+            subresource=subresource,
+            dry_run=dry_run,
+            field_validation=field_validation,
+            warnings=warnings,
+        )
 
     def apply(self, obj: Mapping[str, Any], *, namespace: str | None = None) -> Obj:
         """Create the object, or replace it unconditionally if it exists (for seeding)."""
@@ -513,12 +575,98 @@ class Store:
             if rd.has_generation:
                 new["metadata"]["generation"] = meta.get("generation", 1) + 1
             return self._commit(rd, key, new, old, dry_run=dry_run), False
+        if rd.key == CRD_KEY and not dry_run:
+            self._unserve_crd(old.obj)
         record = self._commit(rd, key, None, old, dry_run=dry_run)
         if rd.plural == "namespaces" and not rd.group and not dry_run:
             self._delete_namespace_contents(name)
         return record, True
 
     # ------------------------------------------------------------------ internals
+
+    def _admit(
+        self,
+        rd: ResourceDef,
+        new: Obj,
+        old: Obj | None,
+        field_validation: FieldValidation,
+        warnings: Warnings | None,
+        *,
+        verb: str,
+    ) -> None:
+        """What the apiextensions-apiserver does to a body before storing it.
+
+        A CRD gets its defaults, checks and status; a custom resource with a schema is
+        pruned (unknown fields: a warning or, Strict, 400), defaulted and validated
+        (422 with one cause per field error).
+        """
+        name = str(new["metadata"].get("name", ""))
+        if rd.key == CRD_KEY:
+            crds.prepare(new)
+            errors = crds.check(new)
+            if errors:
+                raise invalid_fields(rd.kind, rd.group, name, errors)
+            new["status"] = crds.status(new, (old or {}).get("status"), now_rfc3339())
+            return
+        if rd.crd and not _DNS_SUBDOMAIN.fullmatch(name):
+            raise invalid_fields(
+                rd.kind,
+                rd.group,
+                name,
+                [schema.FieldError("Invalid value", "metadata.name", name, _DNS_SUBDOMAIN_MESSAGE)],
+            )
+        if rd.schema is None:
+            return
+        schema.drop_nulls(new, rd.schema)
+        unknown = schema.prune(new, rd.schema)
+        if unknown and field_validation == "Strict":
+            text = ", ".join(f'unknown field "{path}"' for path in unknown)
+            prefix = (
+                f'{rd.kind} in version "{rd.version}" cannot be handled as a {rd.kind}: '
+                if verb == "create"
+                else ""
+            )
+            raise bad_request(f"{prefix}strict decoding error: {text}")
+        if unknown and field_validation == "Warn" and warnings is not None:
+            warnings.extend(f'unknown field "{path}"' for path in unknown)
+        schema.apply_defaults(new, rd.schema)
+        errors = schema.validate(new, rd.schema)
+        if errors:
+            raise invalid_fields(rd.kind, rd.group, name, errors)
+
+    def _serve_crd(self, crd: Mapping[str, Any]) -> None:
+        """Register (or re-register) the resources a stored CRD serves.
+
+        The apiserver applies schema defaults when it reads an object from etcd, so an
+        object stored before its CRD gained a default is read with it. Here the stored
+        objects get the storage version's defaults when the CRD is written (same
+        resourceVersion, no event: nothing was written), which reads the same.
+        """
+        defs = crds.resource_defs(crd)
+        if not defs:
+            return
+        self.table.register(defs)
+        records = self._objects.setdefault(defs[0].key, {})
+        storage = crds.storage_schema(crd)
+        for key, record in list(records.items()):
+            obj = record.copy()
+            schema.apply_defaults(obj, storage)
+            if obj != record.obj:
+                records[key] = Record(_ordered(obj), record.rv)
+
+    def _unserve_crd(self, crd: Mapping[str, Any]) -> None:
+        """Delete every object of a CRD's resource (DELETED events), then stop serving it.
+
+        The apiserver's CRD finalizer does the same before the CRD goes.
+        """
+        spec = crd.get("spec") or {}
+        key = f"{(spec.get('names') or {}).get('plural')}.{spec.get('group')}"
+        rd = next((r for r in self.table.resources if r.crd and r.key == key), None)
+        if rd is not None:
+            for obj_key in sorted(self._objects.get(key, {})):
+                self._commit(rd, obj_key, None, self._objects[key][obj_key])
+        self.table.unregister(key)
+        self._objects.pop(key, None)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         # The namespace controller's job, done at once: nothing lives in a deleted namespace.
@@ -537,6 +685,8 @@ class Store:
         *,
         subresource: str | None,
         dry_run: bool,
+        field_validation: FieldValidation = "Warn",
+        warnings: Warnings | None = None,
     ) -> Record:
         old_obj = old.obj
         if subresource == "status":
@@ -580,14 +730,19 @@ class Store:
                         "the object is being deleted",
                     )
             defaults.apply(rd, new, old_obj, self._allocator)
-            if rd.has_generation and _spec_part(rd, new) != _spec_part(rd, old_obj):
-                meta["generation"] = old_meta.get("generation", 1) + 1
+        self._admit(rd, new, old_obj, field_validation, warnings, verb="update")
+        spec_changed = _spec_part(rd, new) != _spec_part(rd, old_obj)
+        if subresource is None and rd.has_generation and spec_changed:
+            new["metadata"]["generation"] = old_obj["metadata"].get("generation", 1) + 1
         new["metadata"]["resourceVersion"] = str(old.rv)
         if new == old_obj:
             return old
         if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             return self._commit(rd, key, new, old, delete=True, dry_run=dry_run)
-        return self._commit(rd, key, new, old, dry_run=dry_run)
+        record = self._commit(rd, key, new, old, dry_run=dry_run)
+        if rd.key == CRD_KEY and not dry_run:
+            self._serve_crd(record.obj)
+        return record
 
     def _commit(
         self,
@@ -659,7 +814,7 @@ class Store:
                 if api_version != rd.api_version
                 else f"the kind in the data ({kind}) does not match the expected kind ({rd.kind})"
             )
-        body["apiVersion"] = rd.api_version
+        body["apiVersion"] = rd.storage_api_version
         body["kind"] = rd.kind
         meta = body.get("metadata")
         if meta is None:
@@ -705,7 +860,9 @@ def _ordered(obj: Obj) -> Obj:
 
 
 __all__ = [
+    "CRD_KEY",
     "ApiError",
+    "FieldValidation",
     "Key",
     "Obj",
     "PatchType",

@@ -2,11 +2,15 @@
 
 kubectl renders `get` output from the columns the server sends. Services, EndpointSlices
 and Nodes get the columns kube-apiserver prints for them (pkg/printers/internalversion);
-every other kind gets Name and Age. Pure functions of the objects and the current time.
+a custom resource gets its CRD's additionalPrinterColumns (as apiextensions-apiserver's
+table convertor: a simple JSONPath per cell, `date` columns as an age); every other kind
+gets Name and Age. Pure functions of the objects and the current time.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -191,14 +195,64 @@ _PRINTERS: dict[str, tuple[list[dict[str, Any]], Any]] = {
         _node_row,
     ),
     "namespaces": ([_col("Status"), _col("Age")], _namespace_row),
+    "customresourcedefinitions.apiextensions.k8s.io": (
+        [{**_col("Created At"), "type": "date"}],
+        lambda obj: [obj["metadata"].get("creationTimestamp", "")],
+    ),
     "events": (_EVENT_COLUMNS, _event_row),
     "events.events.k8s.io": (_EVENT_COLUMNS, _event_row),
 }
 
 
+def _json_path(obj: Any, path: str) -> Any:
+    """The value at a CRD column's JSONPath (`.spec.x`, `.status.conditions[0].type`)."""
+    value = obj
+    for part in re.findall(r"[^.\[\]]+|\[\d+\]", path.strip("{}")):
+        if part.startswith("["):
+            index = int(part[1:-1])
+            value = value[index] if isinstance(value, list) and index < len(value) else None
+        else:
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is None:
+            return None
+    return value
+
+
+def _custom_printer(rd: ResourceDef) -> tuple[list[dict[str, Any]], Any]:
+    columns = [
+        {
+            "name": c.get("name", ""),
+            "type": c.get("type", "string"),
+            "format": c.get("format", ""),
+            "description": c.get("description", ""),
+            "priority": c.get("priority", 0),
+        }
+        for c in rd.printer_columns
+    ]
+
+    def row(obj: Obj) -> list[Any]:
+        cells: list[Any] = []
+        for column in rd.printer_columns:
+            value = _json_path(obj, str(column.get("jsonPath", "")))
+            if value is None:
+                cells.append(None)
+            elif column.get("type") == "date" and isinstance(value, str):
+                cells.append(human_age(value))
+            elif isinstance(value, dict | list):
+                cells.append(json.dumps(value, separators=(",", ":")))
+            else:
+                cells.append(value)
+        return cells
+
+    return columns, row
+
+
 def table(rd: ResourceDef, objects: Iterable[Obj], meta: Mapping[str, Any]) -> dict[str, Any]:
     """A Table of `objects` with PartialObjectMetadata rows, as kubectl expects."""
-    columns, row = _PRINTERS.get(rd.key, ([_col("Age")], _age_row))
+    if rd.printer_columns:
+        columns, row = _custom_printer(rd)
+    else:
+        columns, row = _PRINTERS.get(rd.key, ([_col("Age")], _age_row))
     # Events show their name only with -o wide, last (as the apiserver prints them).
     name_last = rd.key in ("events", "events.events.k8s.io")
     rows = []

@@ -22,6 +22,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="address to serve on (default 127.0.0.1:0, an ephemeral port)",
     )
     parser.add_argument(
+        "--crds",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="CustomResourceDefinitions to install at start: a file, or a directory whose "
+        "*.yaml/*.yml/*.json files are read; other kinds there are skipped (before --seed)",
+    )
+    parser.add_argument(
         "--seed", action="append", default=[], metavar="FILE", help="objects to load at start"
     )
     parser.add_argument(
@@ -73,6 +81,32 @@ def load_objects(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def crd_files(path: Path) -> list[Path]:
+    """The files `--crds PATH` names: the file itself, or a directory's manifests."""
+    if path.is_dir():
+        return sorted(p for p in path.iterdir() if p.suffix in (".yaml", ".yml", ".json"))
+    return [path]
+
+
+def crd_objects(paths: list[Path]) -> list[dict[str, Any]]:
+    """The CRDs in `--crds` files and directories (a kustomization.yaml there is skipped)."""
+    return [
+        obj
+        for path in paths
+        for name in crd_files(path)
+        for obj in load_objects(name)
+        if obj.get("kind") == "CustomResourceDefinition"
+    ]
+
+
+def seed_order(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """CRDs first, so a seed file may hold a CRD and its objects in any order."""
+    is_crd = [o.get("kind") == "CustomResourceDefinition" for o in objects]
+    return [o for o, c in zip(objects, is_crd, strict=True) if c] + [
+        o for o, c in zip(objects, is_crd, strict=True) if not c
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
     import asyncio
     import signal
@@ -93,9 +127,11 @@ def run(args: argparse.Namespace) -> int:
             token=args.token,
             tls=args.tls,
         )
+        objects = crd_objects([Path(p) for p in args.crds])
         for seed in args.seed:
-            for obj in load_objects(Path(seed)):
-                sim.store.apply(obj)
+            objects.extend(load_objects(Path(seed)))
+        for obj in seed_order(objects):
+            sim.store.apply(obj)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -5,11 +5,53 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from kbgpd_lab.kit import manifests
+
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+class Kubectl:
+    """The real kubectl against one kubeconfig, with a discovery cache of its own."""
+
+    def __init__(self, kubeconfig: Path) -> None:
+        self.kubeconfig = kubeconfig
+
+    def argv(self, *args: str) -> list[str]:
+        cache = self.kubeconfig.parent / "kubectl-cache"
+        return [
+            KUBECTL,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--cache-dir",
+            str(cache),
+            "--request-timeout=20s",
+            *args,
+        ]
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.argv(*args), input=stdin, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        proc = self.run(*args, stdin=stdin)
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+        return proc.stdout
+
+    def fails(self, *args: str, stdin: str | None = None) -> str:
+        proc = self.run(*args, stdin=stdin)
+        assert proc.returncode != 0
+        return proc.stderr
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self(*args, "-o", "json"))
 
 
 def service(
