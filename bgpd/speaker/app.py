@@ -104,6 +104,7 @@ from bgpd.speaker.probe import Round, ask_round
 from bgpd.speaker.render_inputs import HostRenderInputs, RenderInputs
 from bgpd.speaker.source import (
     ConfigFollower,
+    ConfigSource,
     DecisionObserver,
     KindsSynced,
     RunnableSource,
@@ -210,9 +211,12 @@ class Speaker:
         watch: WatchMetrics | None = None,
         render_inputs: RenderInputs | None = None,
         companions: Mapping[str, Companion] | None = None,
+        config_source: ConfigSource | None = None,
     ) -> None:
         self.config = config
         self.config_paths = list(config_paths)
+        #: The configuration's source when not files (--config-from-cluster).
+        self.config_source = config_source
         self.node = node
         self.source = source
         # The source's optional abilities, found once (bgpd.speaker.source).
@@ -362,7 +366,15 @@ class Speaker:
     # ------------------------------------------------------------------ signals
 
     def reload(self) -> None:
-        """SIGHUP: re-read the config files and the cluster source."""
+        """SIGHUP: re-read the configuration (files, or the cluster's objects, which then
+        come back through apply_config) and the cluster source."""
+        if self.config_source is not None:
+            self.config_source.reload()
+        else:
+            self._reload_files()
+        self.source.reload()
+
+    def _reload_files(self) -> None:
         try:
             config, warnings = load_config_or_raise(self.config_paths)
         except ConfigError as exc:
@@ -375,17 +387,31 @@ class Speaker:
                 keeping="running config",
             )
         else:
-            self.config_stale = False
-            for w in warnings:
-                log(_logger, logging.WARNING, "config.warning", warning=str(w))
-            self.config = config
-            self.render_inputs.set_config(config)
-            self.reconciler.set_config(config)
-            # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
-            if self._follower is not None:
-                self._follower.set_config(config)
-            log(_logger, logging.INFO, "config.reloaded")
-        self.source.reload()
+            self.apply_config(config, warnings)
+
+    def apply_config(self, config: Config, warnings: Sequence[object] = ()) -> None:
+        """Put a new valid configuration in force: the one path of a SIGHUP reload and of a
+        change in the cluster's objects. An equal Config (a status-only or metadata-only
+        change, a reload of the same file) changes nothing downstream."""
+        self.config_stale = False
+        for w in warnings:
+            log(_logger, logging.WARNING, "config.warning", warning=str(w))
+        if config == self.config:
+            log(_logger, logging.DEBUG, "config.unchanged")
+            return
+        self.config = config
+        self.render_inputs.set_config(config)
+        self.reconciler.set_config(config)
+        # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
+        if self._follower is not None:
+            self._follower.set_config(config)
+        log(_logger, logging.INFO, "config.reloaded")
+
+    def config_stale_reason(self) -> str:
+        """Why the configuration in force is not what its source holds ("" if it is)."""
+        if self.config_stale:
+            return "the config files have errors; keeping the running config"
+        return "" if self.config_source is None else self.config_source.stale_reason()
 
     # ------------------------------------------------------------------ drain
 
@@ -522,7 +548,7 @@ class Speaker:
             commands=lambda: self.driver.stats.commands_sent,
             # A Speaker only exists with a valid config; a rejected reload keeps it.
             loaded=lambda: True,
-            stale=lambda: self.config_stale,
+            stale=lambda: self.config_stale_reason() != "",
             kinds_synced=self._kinds_synced,
             source_stale=lambda: self.source.stale,
         )
@@ -579,6 +605,7 @@ class Speaker:
                 rendered=self.rendered.is_set(),
                 connected=self.driver.connected,
                 decided=self.reconciler.last is not None,
+                config_stale=self.config_stale_reason(),
             )
         )
 
@@ -626,7 +653,10 @@ class Speaker:
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
             # Built off the event loop (StatusServer), like the routes.
             "explain": None if decision is None else Deferred(partial(decision_json, decision)),
-            "config": {"stale": self.config_stale},
+            "config": {
+                "stale": self.config_stale_reason() != "",
+                "stale_reason": self.config_stale_reason(),
+            },
             "mqtt": None
             if self.mqtt is None
             else {

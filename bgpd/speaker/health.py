@@ -26,6 +26,8 @@ class ReadinessInputs:
     rendered: bool
     connected: bool
     decided: bool
+    #: Why the configuration in force is not its source's ("" when it is).
+    config_stale: str = ""
 
 
 def health(s: HealthInputs) -> tuple[bool, str]:
@@ -43,4 +45,8 @@ def readiness(s: ReadinessInputs) -> tuple[bool, str]:
         return False, "exabgp helper not connected"
     if not s.decided:
         return False, "no decision applied yet"
+    if s.config_stale:
+        # Still ready: the last valid configuration's routes are announced, which is what
+        # an invalid edit must not take away; the answer says what is held back.
+        return True, f"ok; config stale: {s.config_stale}"
     return True, "ok"

@@ -276,6 +276,18 @@ METALLB_RESOURCES: tuple[ResourceDef, ...] = (
     _metallb("BGPAdvertisement", "bgpadvertisements"),
     _metallb("Community", "communities"),
     _metallb("BFDProfile", "bfdprofiles"),
+    # kube-bgpd's own SpeakerConfig (its CRD in deploy/kubernetes), with status.
+    ResourceDef(
+        group="kube-bgpd.io",
+        version="v1alpha1",
+        plural="speakerconfigs",
+        kind="SpeakerConfig",
+        namespaced=True,
+        singular="speakerconfig",
+        status_subresource=True,
+        has_generation=True,
+        crd=True,
+    ),
 )
 
 VERBS = _VERBS

@@ -1,0 +1,168 @@
+"""`kube-bgpd speaker --config-from-cluster --with-controller` against the API simulator:
+the configuration comes from the cluster's objects, a live change reaches the decision,
+an invalid edit is reported (Warning Event, `kube_bgpd_config_stale` 1, the reason in
+/status) and changes nothing in force.
+
+The BGP peer is a loopback address where nothing listens (the session stays down; routes
+at real routers are the lab's job); the decision in /status is what is checked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator
+
+from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.waiting import wait_until_async
+
+pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
+
+KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
+NS = "metallb-system"
+
+
+def seed(sim: ApiSimulator, work: Path) -> None:
+    for obj in (
+        manifests.pool("svc", ["10.99.5.0/24"]),
+        manifests.bgp_peer(
+            "tor", my_asn=64513, peer_asn=64512, address="127.0.0.2", peerPort=free_port()
+        ),
+        manifests.advertisement("svc", ipAddressPools=["svc"]),
+        manifests.speaker_config(workDir=str(work), drainWindow="1s"),
+    ):
+        sim.store.create(obj, namespace=NS)
+    sim.store.create(node("n1"))
+    sim.store.create(lb_service("web"))
+    sim.store.create(endpoint_slice("web-a", "web", (("10.1.0.1", "n1", True),)))
+
+
+async def fetch(port: int, path: str) -> tuple[int, str]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{port}{path}") as response,
+    ):
+        return response.status, await response.text()
+
+
+async def status(port: int) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((await fetch(port, "/status"))[1])
+    return doc
+
+
+def explained_communities(doc: dict[str, Any]) -> list[list[str]]:
+    explain = doc.get("explain") or {}
+    return [list(r.get("communities", [])) for r in explain.get("routes", [])]
+
+
+@contextlib.asynccontextmanager
+async def speaker(
+    tmp_path: Path, kubeconfig: Path, port: int
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    log = tmp_path / "speaker.log"
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            KUBE_BGPD,
+            "speaker",
+            "--config-from-cluster",
+            "--node-name",
+            "n1",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+            "--with-controller",
+            "--lease-namespace",
+            "default",
+            "--retry-period",
+            "0.25",
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "HOME": str(tmp_path)},
+        )
+        try:
+            yield proc
+        except BaseException:
+            print(log.read_text())
+            raise
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+
+def ingress(sim: ApiSimulator) -> list[str]:
+    obj = sim.store.get("services", "web", "default")
+    assert obj is not None
+    entries = ((obj.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [e["ip"] for e in entries]
+
+
+async def test_speaker_follows_the_clusters_configuration(tmp_path: Path) -> None:
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        seed(sim, tmp_path / "work")
+        port = free_port()
+        async with speaker(tmp_path, kubeconfig, port) as proc:
+            # The in-process controller allocates from the cluster's pool; the speaker
+            # decides with the cluster's peer.
+            await wait_until_async(lambda: ingress(sim) == ["10.99.5.0"], within=30, what="IP")
+
+            async def routes() -> list[list[str]]:
+                return explained_communities(await status(port))
+
+            await wait_until_async(routes, within=30, what="a route decided")
+            assert await routes() == [[]]
+
+            # A live change: a community added to the advertisement.
+            sim.store.apply(
+                {
+                    **manifests.advertisement(
+                        "svc", ipAddressPools=["svc"], communities=["65000:7"]
+                    ),
+                    "metadata": {"name": "svc", "namespace": NS},
+                }
+            )
+
+            async def has_community() -> bool:
+                return await routes() == [["65000:7"]]
+
+            await wait_until_async(has_community, within=30, what="community in force")
+
+            # An invalid edit: reported, nothing in force changes.
+            bad = manifests.bgp_peer(
+                "tor", my_asn=64513, peer_asn=64512, address="127.0.0.2", holdTime="banana"
+            )
+            sim.store.apply({**bad, "metadata": {"name": "tor", "namespace": NS}})
+
+            async def stale() -> bool:
+                text = (await fetch(port, "/metrics"))[1]
+                return "kube_bgpd_config_stale 1.0" in text
+
+            await wait_until_async(stale, within=30, what="config_stale 1")
+            # /readyz gives the same reason once ExaBGP's helper is connected, which
+            # needs a peer (tests/unit/test_health.py checks the answer).
+            config = (await status(port))["config"]
+            assert config["stale"] is True
+            assert "BGPPeer metallb-system/tor: spec.holdTime" in config["stale_reason"]
+            assert await routes() == [["65000:7"]]
+            events = [
+                e
+                for e in sim.store.list("events", NS)
+                if e["involvedObject"]["name"] == "tor" and e["type"] == "Warning"
+            ]
+            assert events, "a Warning Event on the BGPPeer"
+            assert events[0]["reason"] == "InvalidConfiguration"
+
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
