@@ -14,8 +14,11 @@ Role: bring the whole system up in network namespaces so people can watch it wor
 The cluster, two ways: ``cluster="api"`` (``kube-bgpd-lab up`` and the demo) runs the API
 simulator and the controller in the router namespace; the lab writes Services,
 EndpointSlices and Nodes to the API, the controller allocates the IPs and the speakers
-watch the API (``--kubeconfig``). ``cluster="file"`` has the speakers read a cluster dump
-(``--cluster-file``) the lab writes from :class:`LabService` declarations.
+watch the API (``--kubeconfig``). There the configuration is custom resources too: the
+lab's ``config.yaml`` is applied with ``kubectl apply`` into ``metallb-system``, and the
+speakers and the controller read it live (``--config-from-cluster``); ``apply_config``
+changes it the same way while everything runs. ``cluster="file"`` has the speakers read a
+cluster dump (``--cluster-file``) the lab writes from :class:`LabService` declarations.
 
 State: everything started is recorded (namespaces and PIDs in the topology's state file,
 the rest in ``lab.json``) so ``lab down`` tears down a lab whose ``lab up`` process has
@@ -25,7 +28,8 @@ lab's namespaces, its directory and FRR's run directory is touched.
 Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
-``set_on_sigterm(action)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``set_on_sigterm(action)``, ``config_documents()`` + ``apply_config(docs)``,
+``kubectl(*args)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
 ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
 ``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
@@ -92,6 +96,12 @@ LAB_FILE = "lab.json"
 API_ADDRESS = ipaddress.IPv4Address("172.31.250.2")
 #: Each speaker's status listener, on its own namespace's loopback.
 STATUS_ADDRESS = "127.0.0.1:7473"
+#: Where the lab's configuration objects live (kube-bgpd's default, MetalLB's namespace).
+CONFIG_NAMESPACE = "metallb-system"
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+#: `kubectl apply` of the configuration objects. --validate=false: the simulator serves
+#: no OpenAPI document for them yet (docs/apisim.md).
+KUBECTL_APPLY = ("--validate=false", "-n", CONFIG_NAMESPACE)
 
 
 class LabError(RuntimeError):
@@ -574,12 +584,13 @@ class Lab:
             node_object(f"node{i}", node_addresses(self.topology, i))
             for i in range(1, len(self.topology.nodes) + 1)
         ]
-        api.apply([namespace_object("demo"), *nodes])
+        api.apply([namespace_object("demo"), namespace_object(CONFIG_NAMESPACE), *nodes])
+        # The configuration as custom resources, applied as a user does.
+        self.kubectl("apply", *KUBECTL_APPLY, "-f", str(self.dir / "config.yaml"))
         argv = [
             *kube_bgpd_argv(),
             "controller",
-            "--config",
-            str(self.dir / "config.yaml"),
+            *self._config_args(),
             "--kubeconfig",
             str(self.kubeconfig),
             "--lease-namespace",
@@ -700,8 +711,7 @@ class Lab:
         argv = [
             *kube_bgpd_argv(),
             "speaker",
-            "--config",
-            str(self.dir / "config.yaml"),
+            *self._config_args(),
             "--node-name",
             f"node{i}",
             *source,
@@ -757,21 +767,65 @@ class Lab:
             time.sleep(0.02)
 
     def set_on_sigterm(self, action: str) -> None:
-        """Rewrite the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
-        speakers started from now on read it, running ones re-read it on the SIGHUP sent
-        here."""
-        path = self.dir / "config.yaml"
-        docs = list(yaml.safe_load_all(path.read_text()))
+        """Change the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
+        speakers started from now on read it, running ones have it in force on return
+        (apply_config)."""
+        docs = self.config_documents()
         for doc in docs:
             if doc.get("kind") == "SpeakerConfig":
                 doc["spec"]["onSigterm"] = action
+        self.apply_config(docs)
+
+    def _config_args(self) -> list[str]:
+        """How the speakers and the controller read the configuration: the cluster's
+        custom resources with the API, else the file."""
+        if self._rec.cluster == "api":
+            return ["--config-from-cluster", CONFIG_NAMESPACE]
+        return ["--config", str(self.dir / "config.yaml")]
+
+    def config_documents(self) -> list[dict[str, Any]]:
+        """The lab's configuration documents (``config.yaml``) as they are now."""
+        return list(yaml.safe_load_all((self.dir / "config.yaml").read_text()))
+
+    def kubectl(self, *args: str, timeout: float = 60) -> str:
+        """Run ``kubectl ARGS`` against the lab's API (in the router namespace, where
+        the simulator listens); returns its output, LabError if it fails."""
+        argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--request-timeout=20s", *args]
+        proc = self.topology.router.run(argv, check=False, timeout=timeout)
+        if proc.returncode != 0:
+            raise LabError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def apply_config(self, docs: Sequence[Mapping[str, Any]], *, timeout: float = 30) -> None:
+        """Make ``docs`` the configuration and return once every running speaker has it
+        in force: with the API, ``kubectl apply`` of the custom resources (the speakers
+        follow the watch); with a cluster file, the file is rewritten and the speakers
+        get a SIGHUP. Waits on each speaker's log line ``config.reloaded``."""
+        path = self.dir / "config.yaml"
+        if list(docs) == self.config_documents():
+            return  # nothing would change, and no speaker would say so
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        tmp.write_text(yaml.safe_dump_all(list(docs), sort_keys=False))
         tmp.replace(path)
-        for i in list(self._rec.speakers):
-            pid = self.speaker_pid(int(i))
-            if pid is not None:
-                os.kill(pid, signal.SIGHUP)
+        logs = {
+            int(i): self._node_dir(int(i)) / "speaker.log"
+            for i in list(self._rec.speakers)
+            if self.speaker_pid(int(i)) is not None
+        }
+        before = {i: _count(log, "config.reloaded") for i, log in logs.items()}
+        if self._rec.cluster == "api":
+            self.kubectl("apply", *KUBECTL_APPLY, "-f", str(path))
+        else:
+            for i in logs:
+                pid = self.speaker_pid(i)
+                if pid is not None:
+                    os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        for i, log in logs.items():
+            while _count(log, "config.reloaded") <= before[i]:
+                if time.monotonic() > deadline:
+                    raise LabError(f"node{i}'s speaker did not take the new config: {_tail(log)}")
+                time.sleep(0.02)
 
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's listener."""
@@ -1006,6 +1060,15 @@ def _alive(entry: dict[str, int] | None) -> int | None:
 def _lo_addresses(ns: Netns) -> set[str]:
     out = json.loads(ns.ip("-j", "addr", "show", "dev", "lo").stdout or "[]")
     return {a["local"] for link in out for a in link.get("addr_info", [])}
+
+
+def _count(path: Path, event: str) -> int:
+    """How many log lines of ``path`` carry the event name ``event``."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in text.splitlines() if f" {event}" in line or f'"{event}"' in line)
 
 
 def _tail(path: Path, chars: int = 1500) -> str:
