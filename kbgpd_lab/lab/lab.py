@@ -102,6 +102,8 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 #: `kubectl apply` of the configuration objects. --validate=false: the simulator serves
 #: no OpenAPI document for them yet (docs/apisim.md).
 KUBECTL_APPLY = ("--validate=false", "-n", CONFIG_NAMESPACE)
+#: The Secret holding the BGPPeers' MD5 key (Lab.up(md5_password=...)).
+MD5_OBJECT_NAME = "tor-md5"
 
 
 class LabError(RuntimeError):
@@ -219,8 +221,11 @@ def speaker_config(
     link_bandwidth_per_endpoint: int | None = None,
     max_nodes: int | None = None,
     data_plane_check: bool = False,
+    password: tuple[str, str] | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router;
+    ``password`` (text, "secret" or "inline"): the peers' MD5 key, named in the Secret
+    MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
     ``max_nodes`` its fan-out cap (unset: every node announces); with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
@@ -252,10 +257,31 @@ def speaker_config(
             address=str(topo.router_address(fam)),
             holdTime=f"{hold_time}s",
             enableGracefulRestart=graceful_restart,
+            **_password_fields(password),
         )
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _password_fields(password: tuple[str, str] | None) -> dict[str, Any]:
+    if password is None:
+        return {}
+    text, how = password
+    if how == "inline":
+        return {"password": text}
+    return {"passwordSecret": {"name": MD5_OBJECT_NAME, "namespace": CONFIG_NAMESPACE}}
+
+
+def md5_secret(password: str) -> dict[str, Any]:
+    """The Secret the BGPPeers' passwordSecret names (MetalLB's type for it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": MD5_OBJECT_NAME, "namespace": CONFIG_NAMESPACE},
+        "type": "kubernetes.io/basic-auth",
+        "stringData": {"password": password},
+    }
 
 
 def client_argv(target: str, *args: str) -> list[str]:
@@ -376,6 +402,7 @@ class Lab:
         link_bandwidth_per_endpoint: int | None = None,
         bestpath_bandwidth: str | None = None,
         data_plane_check: bool = False,
+        md5_password: str | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -395,7 +422,9 @@ class Lab:
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
         ``data_plane_check`` runs a kube-proxy stand-in per node (healthy; see
         :meth:`set_proxy_health`) and has the speakers check it (SpeakerConfig
-        dataPlaneCheck).
+        dataPlaneCheck). ``md5_password`` protects every session with TCP MD5 (RFC 2385):
+        the router has it, and the BGPPeers name it in a Secret (``passwordSecret``, in
+        the API) or carry it (``password``, with a cluster file).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -422,6 +451,7 @@ class Lab:
                 # As docs/routers.md recommends: a draining node leaves the ECMP set.
                 graceful_shutdown_policy=True,
                 bestpath_bandwidth=bestpath_bandwidth,
+                md5_password=md5_password,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -448,10 +478,13 @@ class Lab:
                     link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
                     max_nodes=max_nodes,
                     data_plane_check=data_plane_check,
+                    password=None
+                    if md5_password is None
+                    else (md5_password, "secret" if cluster == "api" else "inline"),
                 )
             )
             if cluster == "api":
-                lab._start_api(in_process=apisim_in_process)
+                lab._start_api(in_process=apisim_in_process, md5_password=md5_password)
             lab.set_services(services, timeout=wait)
             for i in range(1, nodes + 1):
                 lab._start_server(i)
@@ -544,7 +577,7 @@ class Lab:
             raise LabError("this lab runs without the API simulator (cluster=file)")
         return self.api
 
-    def _start_api(self, *, in_process: bool) -> None:
+    def _start_api(self, *, in_process: bool, md5_password: str | None = None) -> None:
         # An address of its own (a secondary on br0), so an API outage can be staged
         # without touching the router's BGP address.
         host = str(API_ADDRESS)
@@ -586,6 +619,11 @@ class Lab:
         ]
         api.apply([namespace_object("demo"), namespace_object(CONFIG_NAMESPACE), *nodes])
         # The configuration as custom resources, applied as a user does.
+        if md5_password is not None:
+            secret = self.dir / "md5-secret.yaml"
+            secret.write_text(yaml.safe_dump(md5_secret(md5_password)))
+            secret.chmod(0o600)
+            self.kubectl("apply", *KUBECTL_APPLY, "-f", str(secret))
         self.kubectl("apply", *KUBECTL_APPLY, "-f", str(self.dir / "config.yaml"))
         argv = [
             *kube_bgpd_argv(),

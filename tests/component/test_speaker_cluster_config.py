@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ import pytest
 from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
-from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit import manifests, scale
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
@@ -57,7 +58,11 @@ async def fetch(port: int, path: str) -> tuple[int, str]:
 
 
 async def status(port: int) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads((await fetch(port, "/status"))[1])
+    """/status; empty while the listener is not up yet."""
+    try:
+        doc: dict[str, Any] = json.loads((await fetch(port, "/status"))[1])
+    except aiohttp.ClientConnectorError:
+        return {}
     return doc
 
 
@@ -68,8 +73,18 @@ def explained_communities(doc: dict[str, Any]) -> list[list[str]]:
 
 @contextlib.asynccontextmanager
 async def speaker(
-    tmp_path: Path, kubeconfig: Path, port: int
+    tmp_path: Path,
+    kubeconfig: Path,
+    port: int,
+    *,
+    with_controller: bool = True,
+    node_name: str = "n1",
 ) -> AsyncIterator[asyncio.subprocess.Process]:
+    controller = (
+        ["--with-controller", "--lease-namespace", "default", "--retry-period", "0.25"]
+        if with_controller
+        else []
+    )
     log = tmp_path / "speaker.log"
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
@@ -77,16 +92,12 @@ async def speaker(
             "speaker",
             "--config-from-cluster",
             "--node-name",
-            "n1",
+            node_name,
             "--kubeconfig",
             str(kubeconfig),
             "--metrics-address",
             f"127.0.0.1:{port}",
-            "--with-controller",
-            "--lease-namespace",
-            "default",
-            "--retry-period",
-            "0.25",
+            *controller,
             stdout=out,
             stderr=out,
             env={**os.environ, "HOME": str(tmp_path)},
@@ -164,5 +175,72 @@ async def test_speaker_follows_the_clusters_configuration(tmp_path: Path) -> Non
             assert events, "a Warning Event on the BGPPeer"
             assert events[0]["reason"] == "InvalidConfiguration"
 
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+
+
+#: The churn of the test below: endpoint changes per second, for how long.
+RATE = 1000
+CHURN_SECONDS = 4.0
+SERVICES = 40
+
+
+async def test_a_config_change_under_endpoint_churn_is_not_lost(tmp_path: Path) -> None:
+    """1,000 EndpointSlice changes a second stream in while a community is added to the
+    advertisement: every route ends up with it, and with the endpoints' last state."""
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        seed(sim, tmp_path / "work")
+        sim.store.create(node("node1"))  # where kbgpd_lab.kit.scale puts the endpoints
+        for k in range(SERVICES):
+            sim.store.create(scale.local_service(f"load{k}", f"10.99.5.{100 + k}"))
+            sim.store.create(scale.node1_slice(f"load{k}", True))
+        port = free_port()
+        async with speaker(
+            tmp_path, kubeconfig, port, with_controller=False, node_name="node1"
+        ) as proc:
+
+            async def routes() -> list[list[str]]:
+                return explained_communities(await status(port))
+
+            async def all_routes() -> bool:
+                return len(await routes()) == SERVICES
+
+            await wait_until_async(all_routes, within=30, what="every load Service routed")
+            ready = [True] * SERVICES
+            written = 0
+            start = time.monotonic()
+            applied_at = None
+            while (elapsed := time.monotonic() - start) < CHURN_SECONDS:
+                while written < int(elapsed * RATE):
+                    k = written % SERVICES
+                    ready[k] = not ready[k]
+                    sim.store.patch(
+                        "endpointslices",
+                        f"load{k}-a",
+                        {"endpoints": scale.node1_endpoints(ready[k])},
+                        namespace="default",
+                    )
+                    written += 1
+                if applied_at is None and elapsed > CHURN_SECONDS / 2:
+                    applied_at = elapsed
+                    sim.store.apply(
+                        {
+                            **manifests.advertisement(
+                                "svc", ipAddressPools=["svc"], communities=["65000:9"]
+                            ),
+                            "metadata": {"name": "svc", "namespace": NS},
+                        }
+                    )
+                await asyncio.sleep(0.002)
+            rate = written / (time.monotonic() - start)
+            print(f"{written} endpoint changes at {rate:.0f}/s")
+            assert rate > RATE * 0.8, "the churn this test is about"
+            want = sum(ready)
+
+            async def settled() -> bool:
+                got = await routes()
+                return len(got) == want and all(c == ["65000:9"] for c in got)
+
+            await wait_until_async(settled, within=30, what="the community on every route")
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0
