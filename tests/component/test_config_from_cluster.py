@@ -10,13 +10,17 @@ validate --kubeconfig` gives the verdict on what is deployed.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import io
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_kit import FAST, client_for, running, simulator
+from k8s_kit import FAST, client_for, lb_service, running, simulator
 
 from bgpd.cli import build_parser
 from bgpd.cli import validate as validate_cli
@@ -180,8 +184,6 @@ async def test_a_watch_failure_keeps_the_last_config(env: Env) -> None:
 
 
 def test_validate_kubeconfig_checks_what_is_deployed(tmp_path: Path) -> None:
-    import asyncio
-
     async def check(kubeconfig: Path, sim: ApiSimulator) -> tuple[int, str, int, str]:
         seed(sim)
         good = await asyncio.to_thread(run_validate, kubeconfig)
@@ -207,3 +209,70 @@ def run_validate(kubeconfig: Path) -> tuple[int, str]:
     out = io.StringIO()
     code = validate_cli.run(args, out=out, err=out)
     return code, out.getvalue()
+
+
+async def test_controller_allocates_from_the_clusters_pools_and_reports_speakerconfig(
+    tmp_path: Path,
+) -> None:
+    """`kube-bgpd controller --config-from-cluster`: allocates from the pool in the
+    cluster, follows a pool added live, and writes SpeakerConfig's Accepted condition."""
+    async with simulator(tmp_path) as (sim, kubeconfig):
+        seed(sim)
+        sim.store.create(obj("SpeakerConfig", "speaker", {}, SPEAKER_API))
+        sim.store.create(lb_service("web"))
+        log = tmp_path / "controller.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                str(Path(sys.executable).with_name("kube-bgpd")),
+                "controller",
+                "--config-from-cluster",
+                "--kubeconfig",
+                str(kubeconfig),
+                "--lease-namespace",
+                "default",
+                "--retry-period",
+                "0.25",
+                stdout=out,
+                stderr=out,
+                env={**os.environ, "HOME": str(tmp_path)},
+            )
+        try:
+            await wait_until_async(lambda: ingress(sim, "web") == ["10.99.0.0"], within=30)
+            await wait_until_async(lambda: accepted(sim)[:2] == ("True", "Accepted"), within=30)
+            # A pool added live: a Service asking for one of its IPs gets it.
+            sim.store.create(pool("db", "10.98.0.0/24"))
+            sim.store.create(lb_service("db", load_balancer_ip="10.98.0.7"))
+            await wait_until_async(lambda: ingress(sim, "db") == ["10.98.0.7"], within=30)
+            # An invalid SpeakerConfig: condition False, with the field.
+            sim.store.apply(obj("SpeakerConfig", "speaker", {"drainWindow": "soon"}, SPEAKER_API))
+            await wait_until_async(lambda: accepted(sim)[:2] == ("False", "Invalid"), within=30)
+            assert "spec.drainWindow" in accepted(sim)[2]
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+        except BaseException:
+            print(log.read_text())
+            raise
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+
+
+SPEAKER_API = "kube-bgpd.io/v1alpha1"
+
+
+def ingress(sim: ApiSimulator, name: str) -> list[str]:
+    svc = sim.store.get("services", name, "default")
+    assert svc is not None
+    entries = ((svc.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [e["ip"] for e in entries]
+
+
+def accepted(sim: ApiSimulator) -> tuple[str, str, str]:
+    """SpeakerConfig speaker's Accepted condition: (status, reason, message)."""
+    sc = sim.store.get("speakerconfigs", "speaker", NS)
+    assert sc is not None
+    for c in (sc.get("status") or {}).get("conditions") or []:
+        if c["type"] == "Accepted":
+            return c["status"], c["reason"], c["message"]
+    return "", "", ""
