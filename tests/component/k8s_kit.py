@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -151,3 +153,26 @@ def lease_renewals(
 
     count()
     return count
+
+
+@contextlib.asynccontextmanager
+async def kube_bgpd(home: Path, log: Path, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`kube-bgpd ARGS` of this venv as a process writing to `log`; its log is printed if
+    the body fails, and it is killed if still running at the end."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("kube-bgpd")),
+            *args,
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "HOME": str(home)},
+        )
+    try:
+        yield proc
+    except BaseException:
+        print(await asyncio.to_thread(log.read_text))
+        raise
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

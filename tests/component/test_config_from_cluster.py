@@ -12,15 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from k8s_kit import FAST, client_for, lb_service, running, simulator
+from k8s_kit import FAST, client_for, kube_bgpd, lb_service, running, simulator
 
 from bgpd.cli import build_parser
 from bgpd.cli import validate as validate_cli
@@ -220,23 +218,9 @@ async def test_controller_allocates_from_the_clusters_pools_and_reports_speakerc
         seed(sim)
         sim.store.create(obj("SpeakerConfig", "speaker", {}, SPEAKER_API))
         sim.store.create(lb_service("web"))
-        log = tmp_path / "controller.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                str(Path(sys.executable).with_name("kube-bgpd")),
-                "controller",
-                "--config-from-cluster",
-                "--kubeconfig",
-                str(kubeconfig),
-                "--lease-namespace",
-                "default",
-                "--retry-period",
-                "0.25",
-                stdout=out,
-                stderr=out,
-                env={**os.environ, "HOME": str(tmp_path)},
-            )
-        try:
+        argv = ("controller", "--config-from-cluster", "--kubeconfig", str(kubeconfig))
+        leader = ("--lease-namespace", "default", "--retry-period", "0.25")
+        async with kube_bgpd(tmp_path, tmp_path / "controller.log", *argv, *leader) as proc:
             await wait_until_async(lambda: ingress(sim, "web") == ["10.99.0.0"], within=30)
             await wait_until_async(lambda: accepted(sim)[:2] == ("True", "Accepted"), within=30)
             # A pool added live: a Service asking for one of its IPs gets it.
@@ -249,13 +233,6 @@ async def test_controller_allocates_from_the_clusters_pools_and_reports_speakerc
             assert "spec.drainWindow" in accepted(sim)[2]
             proc.send_signal(signal.SIGTERM)
             assert await asyncio.wait_for(proc.wait(), 30) == 0
-        except BaseException:
-            print(log.read_text())
-            raise
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
 
 
 SPEAKER_API = "kube-bgpd.io/v1alpha1"
