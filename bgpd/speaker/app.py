@@ -391,14 +391,13 @@ class Speaker:
 
     def apply_config(self, config: Config, warnings: Sequence[object] = ()) -> None:
         """Put a new valid configuration in force: the one path of a SIGHUP reload and of a
-        change in the cluster's objects. An equal Config (a status-only or metadata-only
-        change, a reload of the same file) changes nothing downstream."""
+        change in the cluster's objects. The cluster's source hands on only a Config that
+        differs from the one in force (so a status-only or metadata-only change restarts
+        nothing); a SIGHUP applies even an equal one, as an operator's "look again" (the
+        kernel's source addresses and the password files are read anew)."""
         self.config_stale = False
         for w in warnings:
             log(_logger, logging.WARNING, "config.warning", warning=str(w))
-        if config == self.config:
-            log(_logger, logging.DEBUG, "config.unchanged")
-            return
         self.config = config
         self.render_inputs.set_config(config)
         self.reconciler.set_config(config)

@@ -838,7 +838,8 @@ class Lab:
         """Make ``docs`` the configuration and return once every running speaker has it
         in force: with the API, ``kubectl apply`` of the custom resources (the speakers
         follow the watch); with a cluster file, the file is rewritten and the speakers
-        get a SIGHUP. Waits on each speaker's log line ``config.reloaded``."""
+        get a SIGHUP. Waits on each speaker's log line ``config.reloaded`` (so with the
+        API, ``docs`` must change the parsed configuration, not only metadata)."""
         path = self.dir / "config.yaml"
         if list(docs) == self.config_documents():
             return  # nothing would change, and no speaker would say so

@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bgpd.config.cluster import ObjectKey, RawObject, object_key, parse_objects, resolve
 
@@ -144,3 +146,49 @@ def test_nothing_valid_at_first_start_is_no_config_when_errors_name_no_object() 
     # The second SpeakerConfig is the one refused; the first is in force.
     assert r.config is not None
     assert [str(k) for k in r.rejected] == ["SpeakerConfig metallb-system/b"]
+
+
+# --------------------------------------------------------------------------- property
+
+#: Per object, the versions an edit may leave it in: absent (None), two valid ones, and
+#: an invalid one (errors on the object itself).
+VERSIONS: dict[str, tuple[RawObject | None, ...]] = {
+    "p0": (None, pool("p0", "10.1.0.0/24"), pool("p0", "10.1.1.0/24"), pool("p0", "nope")),
+    "p1": (None, pool("p1", "10.2.0.0/24"), pool("p1", "10.1.0.0/24"), pool("p1", "10.2.0.0/99")),
+    "t0": (None, peer("t0", "172.31.0.1"), peer("t0", "172.31.0.9"), peer("t0", "x")),
+    "t1": (
+        None,
+        peer("t1", "172.31.0.2"),
+        peer("t1", "172.31.0.2", holdTime="30s"),
+        peer("t1", "172.31.0.2", holdTime="x"),
+    ),
+    "a0": (None, adv("a0", ["p0"]), adv("a0", ["p1"], ["65000:1"]), adv("a0", ["p0"], ["bad"])),
+    "a1": (None, adv("a1", ["p1"]), adv("a1", ["p0", "p1"]), adv("a1", ["p9"])),
+}
+
+
+def pick(choice: dict[str, int]) -> dict[ObjectKey, RawObject]:
+    return objects(*(v for name, i in choice.items() if (v := VERSIONS[name][i]) is not None))
+
+
+choices = st.fixed_dictionaries({name: st.integers(0, 3) for name in VERSIONS})
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=choices, then=choices)
+def test_resolve_keeps_a_valid_config_and_only_versions_that_exist(
+    first: dict[str, int], then: dict[str, int]
+) -> None:
+    """From a valid last set, any edit gives a Config; each object in force is its
+    current or its last valid version; a set that parses whole goes in whole."""
+    last = resolve(pick(first), {})
+    assert last.config is not None  # invalid new objects stay out; {} always parses
+    current = pick(then)
+    r = resolve(current, last.in_force)
+    assert r.config is not None
+    for key, raw in r.in_force.items():
+        assert raw is current.get(key) or raw is last.in_force.get(key)
+    assert parse_objects(r.in_force).config == r.config
+    if parse_objects(current).config is not None:
+        assert r.in_force == current
+        assert not r.rejected
