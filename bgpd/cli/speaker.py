@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         node=NodeName(args.node_name),
         cluster_file=Path(args.cluster_file) if args.cluster_file else None,
         kubeconfig=args.kubeconfig,
+        config_namespace=from_cluster,
     )
 
     async def main() -> int:

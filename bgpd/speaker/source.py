@@ -89,6 +89,9 @@ class SourceOptions:
     cluster_file: Path | None = None
     #: --kubeconfig; None: $KUBECONFIG, ~/.kube/config, then in-cluster.
     kubeconfig: str | None = None
+    #: --config-from-cluster's namespace: where a passwordSecret without a namespace is
+    #: (beside its BGPPeer, as in MetalLB); None: the speaker's own namespace.
+    config_namespace: str | None = None
 
 
 def make_source(
@@ -108,5 +111,9 @@ def make_source(
 
     # The credentials are loaded when run() starts.
     return SpeakerSource.connect(
-        options.kubeconfig, config=config, node=options.node, observer=observer
+        options.kubeconfig,
+        config=config,
+        node=options.node,
+        observer=observer,
+        secret_namespace=options.config_namespace,
     )
