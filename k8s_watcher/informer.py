@@ -81,11 +81,13 @@ class Kind(Generic[T]):
     #: Server-side label selector; a slice without the service-name label belongs to no
     #: Service, so the API server need not send it at all.
     label_selector: str | None = None
+    #: Watch one namespace only (the configuration objects); None: all namespaces.
+    namespace: str | None = None
 
     @property
     def path(self) -> str:
-        """The cluster-wide collection path (all namespaces)."""
-        return object_path(self.group_version, self.resource)
+        """The collection path: cluster-wide (all namespaces), or `namespace`'s."""
+        return object_path(self.group_version, self.resource, namespace=self.namespace)
 
 
 SERVICES: Kind[Service] = Kind("Service", "v1", "services", True, service_from_api)
@@ -253,8 +255,10 @@ class Informer(Generic[T]):
                 if need_list or due or self._resync_requested:
                     if not need_list:
                         self.stats.resyncs += 1
-                    self._resync_requested = False
                     await self._list()
+                    # A requested re-list stays requested until one succeeds (a caller
+                    # waits for a list after it asked, e.g. to confirm a deletion).
+                    self._resync_requested = False
                     need_list = False
                     resync_at = self._next_resync()
                 await self._watch(resync_at)

@@ -69,8 +69,34 @@ def add_leader_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_config_source_flag(parser: argparse.ArgumentParser) -> None:
+    """--config-from-cluster [NAMESPACE], shared by `speaker` and `controller`."""
+    from k8s_watcher.namespaces import DEFAULT_CONFIG_NAMESPACE
+
+    parser.add_argument(
+        "--config-from-cluster",
+        nargs="?",
+        const=DEFAULT_CONFIG_NAMESPACE,
+        default=None,
+        metavar="NAMESPACE",
+        help="read the configuration live from the cluster: the metallb.io objects and "
+        f"SpeakerConfig in NAMESPACE (default {DEFAULT_CONFIG_NAMESPACE}, as MetalLB); "
+        "instead of --config FILE",
+    )
+
+
+def config_source_problem(args: argparse.Namespace) -> str | None:
+    """Exactly one of --config FILE and --config-from-cluster."""
+    if args.config and args.config_from_cluster is not None:
+        return "--config and --config-from-cluster exclude each other"
+    if not args.config and args.config_from_cluster is None:
+        return "--config FILE or --config-from-cluster [NAMESPACE] is required"
+    return None
+
+
 def configure(parser: argparse.ArgumentParser) -> None:
     add_leader_flags(parser)
+    add_config_source_flag(parser)
 
 
 def options_from_args(args: argparse.Namespace) -> ControllerOptions:
@@ -98,25 +124,37 @@ def run(args: argparse.Namespace) -> int:
     from bgpd.logs import setup_logging
 
     setup_logging(args.log_format or "text")
-    if not args.config:
-        print("kube-bgpd controller: --config FILE is required", file=sys.stderr)
+    problem = config_source_problem(args)
+    if problem is not None:
+        print(f"kube-bgpd controller: {problem}", file=sys.stderr)
         return EXIT_FAILED
-    try:
-        config, warnings = load_config_or_raise(args.config)
-    except ConfigError as exc:
-        print(f"kube-bgpd controller: invalid config:\n{exc}", file=sys.stderr)
-        return EXIT_FAILED
-    for warning in warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if args.log_format is None:
-        setup_logging(str(config.speaker.log_format))
+    config: Config | None = None
+    if args.config:
+        try:
+            config, warnings = load_config_or_raise(args.config)
+        except ConfigError as exc:
+            print(f"kube-bgpd controller: invalid config:\n{exc}", file=sys.stderr)
+            return EXIT_FAILED
+        for warning in warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if args.log_format is None:
+            setup_logging(str(config.speaker.log_format))
     try:
         options = options_from_args(args)
         metrics = split_address(args.metrics_address) if args.metrics_address else None
     except ValueError as exc:
         print(f"kube-bgpd controller: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    return asyncio.run(_main(args.kubeconfig, config, options, metrics, list(args.config)))
+    return asyncio.run(
+        _main(
+            args.kubeconfig,
+            config,
+            options,
+            metrics,
+            list(args.config),
+            config_namespace=args.config_from_cluster,
+        )
+    )
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -129,11 +167,15 @@ def split_address(text: str) -> tuple[str, int]:
 
 async def _main(
     kubeconfig: str | None,
-    config: Config,
+    config: Config | None,
     options: ControllerOptions,
     metrics: tuple[str, int] | None,
     config_paths: list[str],
+    *,
+    config_namespace: str | None = None,
 ) -> int:
+    """`config` from the files, or None with `config_namespace`: then the configuration
+    comes from the cluster (k8s_watcher.config_source), each change to every controller."""
     import asyncio
     import signal
 
@@ -153,8 +195,36 @@ async def _main(
         print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
     controllers: list[Controller] = []
-    running = [config]
-    loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers, running))
+    watched = None
+    if config_namespace is not None:
+        from k8s_watcher.config_source import ClusterConfig
+        from k8s_watcher.writer import EventRecorder
+
+        # The leader-elected controller writes SpeakerConfig's status condition: one
+        # writer for the cluster, not one per node.
+        cluster = ClusterConfig(
+            client,
+            namespace=config_namespace,
+            recorder=EventRecorder(client, component="kube-bgpd-controller", host=options.identity),
+            write_status=True,
+        )
+        try:
+            watched = await cluster.start()
+        except CredentialsError as exc:
+            print(f"kube-bgpd controller: {exc.message}", file=sys.stderr)
+            return EXIT_FAILED
+        config = cluster.config
+
+        def follow(new: Config, _warnings: object) -> None:
+            for controller in controllers:
+                controller.set_config(new)
+
+        cluster.listeners.append(follow)
+        loop.add_signal_handler(signal.SIGHUP, cluster.reload)
+    assert config is not None
+    if config_namespace is None:
+        running = [config]
+        loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers, running))
     registry = CollectorRegistry()
     runner = None
     if metrics is not None:
@@ -172,6 +242,9 @@ async def _main(
     try:
         return await _supervise(client, config, options, registry, stop, controllers)
     finally:
+        if watched is not None:
+            watched.cancel()
+            await asyncio.gather(watched, return_exceptions=True)
         if runner is not None:
             await runner.cleanup()
 

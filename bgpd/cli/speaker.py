@@ -15,6 +15,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bgpd.controller import Controller
 
 #: Exit codes (docs/operations.md): 0 stopped; 1 failed to start or while running (the
 #: cluster dump, credentials, the listener, a task); 2 usage or invalid config.
@@ -42,8 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="also run the leader-elected IP allocator in this process (small clusters, "
         "systemd hosts); takes the leader-election flags of `kube-bgpd controller`",
     )
-    from bgpd.cli.controller import add_leader_flags
+    from bgpd.cli.controller import add_config_source_flag, add_leader_flags
 
+    add_config_source_flag(parser)
     add_leader_flags(parser)
 
 
@@ -52,34 +57,40 @@ def run(args: argparse.Namespace) -> int:
 
     from prometheus_client import CollectorRegistry
 
-    from bgpd.cli.controller import options_from_args
+    from bgpd.cli.controller import config_source_problem, options_from_args
     from bgpd.config import ConfigError, load_config_or_raise
     from bgpd.exabgp.runtime import work_dir_problem
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
-    from bgpd.model import NodeName
+    from bgpd.model import Config, NodeName
     from bgpd.speaker import SourceOptions, Speaker, make_source
 
     if not args.node_name:
         print("kube-bgpd speaker: --node-name (or $NODE_NAME) is required", file=sys.stderr)
         return EXIT_CONFIG
-    if not args.config:
-        print("kube-bgpd speaker: --config FILE is required", file=sys.stderr)
-        return EXIT_CONFIG
-    try:
-        config, warnings = load_config_or_raise(args.config)
-    except ConfigError as exc:
-        print(f"kube-bgpd speaker: invalid config:\n{exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    setup_logging(args.log_format or str(config.speaker.log_format))
-    for w in warnings:
-        print(f"warning: {w}", file=sys.stderr)
-    work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
-    problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
+    problem = config_source_problem(args)
     if problem is not None:
         print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
         return EXIT_CONFIG
-    address = args.metrics_address or config.speaker.metrics_address
+    from_cluster: str | None = args.config_from_cluster
+    if from_cluster is not None and args.cluster_file:
+        print(
+            "kube-bgpd speaker: --config-from-cluster needs the API, not --cluster-file",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    file_config: Config | None = None
+    if from_cluster is None:
+        try:
+            file_config, warnings = load_config_or_raise(args.config)
+        except ConfigError as exc:
+            print(f"kube-bgpd speaker: invalid config:\n{exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        setup_logging(args.log_format or str(file_config.speaker.log_format))
+        for w in warnings:
+            print(f"warning: {w}", file=sys.stderr)
+    else:
+        setup_logging(args.log_format or "text")
     if args.with_controller and args.cluster_file:
         print(
             "kube-bgpd speaker: --with-controller needs the API, not --cluster-file",
@@ -101,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         node=NodeName(args.node_name),
         cluster_file=Path(args.cluster_file) if args.cluster_file else None,
         kubeconfig=args.kubeconfig,
+        config_namespace=from_cluster,
     )
 
     async def main() -> int:
@@ -108,18 +120,72 @@ def run(args: argparse.Namespace) -> int:
         # that exports them (bgpd.metrics).
         registry = CollectorRegistry()
         watch = WatchMetrics(registry)
+        cluster = None
+        config = file_config
         companions = {}
+        if from_cluster is not None:
+            # The configuration's objects first: the speaker needs a Config to start.
+            from k8s_watcher.client import KubeClient
+            from k8s_watcher.config_source import ClusterConfig
+            from k8s_watcher.errors import CredentialsError
+            from k8s_watcher.writer import EventRecorder
+
+            config_client = KubeClient.lazy(args.kubeconfig)
+            cluster = ClusterConfig(
+                config_client,
+                namespace=from_cluster,
+                observer=watch,
+                recorder=EventRecorder(
+                    config_client, component="kube-bgpd-speaker", host=options.node
+                ),
+                # The controller's job; with it in this process, this process's.
+                write_status=controller is not None,
+            )
+            try:
+                watching = await cluster.start()
+            except CredentialsError as exc:
+                print(f"kube-bgpd speaker: {exc.message}", file=sys.stderr)
+                await config_client.close()
+                return EXIT_CONFIG
+            config = cluster.config
+
+            async def follow_cluster_config() -> None:
+                try:
+                    await watching
+                finally:
+                    await config_client.close()
+
+            companions["config"] = follow_cluster_config
+        assert config is not None
+        work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
+        problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
+        if problem is not None:
+            print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
+        address = args.metrics_address or config.speaker.metrics_address
         if controller is not None:
             # The controller campaigns for the Lease beside the speaker and stops
             # (releasing the Lease) when the speaker stops.
             from bgpd.controller import run_controller
             from k8s_watcher.client import KubeClient
 
+            first = config
+
             async def run_in_process_controller() -> None:
                 client = KubeClient.lazy(args.kubeconfig)
+
+                def elected(_elector: object, ctl: Controller) -> None:
+                    if cluster is not None:
+                        cluster.listeners.append(lambda new, _w: ctl.set_config(new))
+
                 try:
                     await run_controller(
-                        config, client, controller, registry=registry, observer=watch
+                        first,
+                        client,
+                        controller,
+                        registry=registry,
+                        observer=watch,
+                        elected=elected,
                     )
                 finally:
                     await client.close()
@@ -135,7 +201,10 @@ def run(args: argparse.Namespace) -> int:
             registry=registry,
             watch=watch,
             companions=companions,
+            config_source=cluster,
         )
+        if cluster is not None:
+            cluster.listeners.append(speaker.apply_config)
         return await speaker.run()
 
     from bgpd.speaker.app import StartupError

@@ -140,7 +140,7 @@ def _parse_document(source: str, raw: object, issues: Issues, out: Parsed) -> No
     name, labels = _metadata(doc, top.get("metadata"))
     if name is None:
         return
-    doc.name = name
+    doc.name = _qualified(name, top.get("metadata")) if out.qualified_names else name
     registry = out.names.setdefault(kind, {})
     if name in registry:
         doc.error("metadata.name", f"duplicate {kind} name (also in {registry[name].source})")
@@ -169,6 +169,11 @@ def _parse_document(source: str, raw: object, issues: Issues, out: Parsed) -> No
         out.speakers.append((s, doc))
 
 
+def _qualified(name: str, meta: object) -> str:
+    ns = meta.get("namespace") if isinstance(meta, Mapping) else None
+    return f"{ns}/{name}" if isinstance(ns, str) and ns else name
+
+
 def _name_hint(raw: Mapping[Any, Any]) -> str | None:
     meta = raw.get("metadata")
     if isinstance(meta, Mapping):
@@ -194,14 +199,17 @@ def _parse_list(source: str, raw: Mapping[Any, Any], issues: Issues, out: Parsed
         _parse_document(f"{source}:items[{i}]", item, issues, out)
 
 
-def parse_documents(docs: Iterable[tuple[str, object]]) -> LoadResult:
+def parse_documents(
+    docs: Iterable[tuple[str, object]], *, qualified_names: bool = False
+) -> LoadResult:
     """Parse already-loaded YAML documents, each with the label of where it came from.
+    `qualified_names`: name objects "namespace/name" in messages (cluster objects).
 
     Pure and total: any input yields a LoadResult (never an exception), with a Config when
     there is no error and every error and warning found otherwise.
     """
     issues = Issues()
-    out = Parsed()
+    out = Parsed(qualified_names=qualified_names)
     for source, raw in docs:
         issues.see(source)
         _parse_document(source, raw, issues, out)

@@ -33,6 +33,9 @@ class Parsed:
     #: advertisement using one is not reported a second time.
     alias_names: set[str] = field(default_factory=set)
     all_peers_parsed: bool = True
+    #: Name objects "namespace/name" in messages (objects read from a cluster, where the
+    #: namespace is part of the identity: `BGPPeer metallb-system/tor: spec.holdTime`).
+    qualified_names: bool = False
 
 
 @dataclass(frozen=True, slots=True)

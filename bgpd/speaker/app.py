@@ -110,6 +110,7 @@ from bgpd.speaker.probe import Round, ask_round
 from bgpd.speaker.render_inputs import HostRenderInputs, RenderInputs
 from bgpd.speaker.source import (
     ConfigFollower,
+    ConfigSource,
     DecisionObserver,
     KindsSynced,
     RunnableSource,
@@ -221,9 +222,12 @@ class Speaker:
         watch: WatchMetrics | None = None,
         render_inputs: RenderInputs | None = None,
         companions: Mapping[str, Companion] | None = None,
+        config_source: ConfigSource | None = None,
     ) -> None:
         self.config = config
         self.config_paths = list(config_paths)
+        #: The configuration's source when not files (--config-from-cluster).
+        self.config_source = config_source
         self.node = node
         self.source = source
         # The source's optional abilities, found once (bgpd.speaker.source).
@@ -394,7 +398,15 @@ class Speaker:
     # ------------------------------------------------------------------ signals
 
     def reload(self) -> None:
-        """SIGHUP: re-read the config files and the cluster source."""
+        """SIGHUP: re-read the configuration (files, or the cluster's objects, which then
+        come back through apply_config) and the cluster source."""
+        if self.config_source is not None:
+            self.config_source.reload()
+        else:
+            self._reload_files()
+        self.source.reload()
+
+    def _reload_files(self) -> None:
         outcome = reload_config(self.config_paths, self.config)
         if outcome.config is None:
             # Any failure, a refusal included, keeps the running config and says so.
@@ -407,18 +419,30 @@ class Speaker:
                 keeping="running config",
             )
         else:
-            config, warnings = outcome.config, outcome.warnings
-            self.config_stale = False
-            for w in warnings:
-                log(_logger, logging.WARNING, "config.warning", warning=str(w))
-            self.config = config
-            self.render_inputs.set_config(config)
-            self.reconciler.set_config(config)
-            # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
-            if self._follower is not None:
-                self._follower.set_config(config)
-            log(_logger, logging.INFO, "config.reloaded")
-        self.source.reload()
+            self.apply_config(outcome.config, outcome.warnings)
+
+    def apply_config(self, config: Config, warnings: Sequence[object] = ()) -> None:
+        """Put a new valid configuration in force: the one path of a SIGHUP reload and of a
+        change in the cluster's objects. The cluster's source hands on only a Config that
+        differs from the one in force (so a status-only or metadata-only change restarts
+        nothing); a SIGHUP applies even an equal one, as an operator's "look again" (the
+        kernel's source addresses and the password files are read anew)."""
+        self.config_stale = False
+        for w in warnings:
+            log(_logger, logging.WARNING, "config.warning", warning=str(w))
+        self.config = config
+        self.render_inputs.set_config(config)
+        self.reconciler.set_config(config)
+        # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
+        if self._follower is not None:
+            self._follower.set_config(config)
+        log(_logger, logging.INFO, "config.reloaded")
+
+    def config_stale_reason(self) -> str:
+        """Why the configuration in force is not what its source holds ("" if it is)."""
+        if self.config_stale:
+            return "the config files have errors; keeping the running config"
+        return "" if self.config_source is None else self.config_source.stale_reason()
 
     # ------------------------------------------------------------------ drain
 
@@ -555,7 +579,7 @@ class Speaker:
             commands=lambda: self.driver.stats.commands_sent,
             # A Speaker only exists with a valid config; a rejected reload keeps it.
             loaded=lambda: True,
-            stale=lambda: self.config_stale,
+            stale=lambda: self.config_stale_reason() != "",
             kinds_synced=self._kinds_synced,
             source_stale=lambda: self.source.stale,
         )
@@ -614,6 +638,7 @@ class Speaker:
                 decided=self.reconciler.last is not None,
                 node_missing=self.node if self._node_missing and self.source.synced else "",
                 source_stale=self.source.stale,
+                config_stale=self.config_stale_reason(),
             )
         )
 
@@ -661,7 +686,10 @@ class Speaker:
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
             # Built off the event loop (StatusServer), like the routes.
             "explain": None if decision is None else Deferred(partial(decision_json, decision)),
-            "config": {"stale": self.config_stale},
+            "config": {
+                "stale": self.config_stale_reason() != "",
+                "stale_reason": self.config_stale_reason(),
+            },
             "mqtt": None
             if self.mqtt is None
             else {

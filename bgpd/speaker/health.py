@@ -32,6 +32,8 @@ class ReadinessInputs:
     #: The source keeps its last good snapshot (a watch lost, a bad cluster file): still
     #: ready (the routes are the last known truth), and /readyz says so.
     source_stale: bool = False
+    #: Why the configuration in force is not its source's ("" when it is).
+    config_stale: str = ""
 
 
 def health(s: HealthInputs) -> tuple[bool, str]:
@@ -51,8 +53,16 @@ def readiness(s: ReadinessInputs) -> tuple[bool, str]:
         return False, "exabgp helper not connected"
     if not s.decided:
         return False, "no decision applied yet"
+    # Still ready when stale: the last good snapshot's and the last valid configuration's
+    # routes are announced, which is what a lost watch or an invalid edit must not take
+    # away; the answer says what is held back.
+    held = []
     if s.source_stale:
-        return True, "ok; cluster source stale: keeping the last good snapshot"
+        held.append("cluster source stale: keeping the last good snapshot")
+    if s.config_stale:
+        held.append(f"config stale: {s.config_stale}")
+    if held:
+        return True, "ok; " + "; ".join(held)
     return True, "ok"
 
 

@@ -66,6 +66,20 @@ class KindsSynced(Protocol):
         ...
 
 
+@runtime_checkable
+class ConfigSource(Protocol):
+    """Where the configuration comes from when it is not files (the cluster's objects,
+    k8s_watcher.config_source.ClusterConfig): it hands each new Config to
+    Speaker.apply_config itself; the speaker asks it to re-read on SIGHUP and why the
+    configuration in force is not what it holds."""
+
+    def reload(self) -> None: ...
+
+    def stale_reason(self) -> str:
+        """Why the configuration in force differs from the source's ("" if it does not)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class SourceOptions:
     """What picks and connects the cluster source (bgpd.cli.speaker builds it)."""
@@ -75,6 +89,9 @@ class SourceOptions:
     cluster_file: Path | None = None
     #: --kubeconfig; None: $KUBECONFIG, ~/.kube/config, then in-cluster.
     kubeconfig: str | None = None
+    #: --config-from-cluster's namespace: where a passwordSecret without a namespace is
+    #: (beside its BGPPeer, as in MetalLB); None: the speaker's own namespace.
+    config_namespace: str | None = None
 
 
 def make_source(
@@ -94,5 +111,9 @@ def make_source(
 
     # The credentials are loaded when run() starts.
     return SpeakerSource.connect(
-        options.kubeconfig, config=config, node=options.node, observer=observer
+        options.kubeconfig,
+        config=config,
+        node=options.node,
+        observer=observer,
+        secret_namespace=options.config_namespace,
     )

@@ -335,6 +335,10 @@ class ApiSimulator:
         """The next `count` resource requests get a Status error with `code`."""
         self._failures.extend((code, message) for _ in range(count))
 
+    def clear_failures(self) -> None:
+        """Forget the failures fail_next() queued and not yet served."""
+        self._failures.clear()
+
     @property
     def active_watches(self) -> int:
         return len(self._watches)

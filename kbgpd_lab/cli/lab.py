@@ -61,8 +61,7 @@ def configure(parser: argparse.ArgumentParser) -> Any:
     sub.add_parser("down", help="tear the lab (and leftovers of crashed runs) down")
     demo = sub.add_parser(
         "demo",
-        help="bring the lab up, narrate five steps, tear it down "
-        "(DEMO_NONINTERACTIVE=1: no pauses)",
+        help="bring the lab up, narrate six steps, tear it down (DEMO_NONINTERACTIVE=1: no pauses)",
     )
     demo.add_argument("--router", choices=("frr", "bird"), default="frr")
     demo.add_argument("--ecmp", choices=("pinned", "stateless"), default="pinned", help=ECMP_HELP)

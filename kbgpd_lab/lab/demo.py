@@ -1,9 +1,11 @@
-"""`kube-bgpd-lab demo` (`make demo`): the lab, narrated, in five steps.
+"""`kube-bgpd-lab demo` (`make demo`): the lab, narrated, in six steps.
 
 Role: show a person (or CI, with ``DEMO_NONINTERACTIVE=1``) what kube-bgpd does, with
 real processes only: the API simulator and the controller allocate a LoadBalancer IP, the
 three speakers announce it, the router (FRR or BIRD) installs the ECMP route, the client's
-connections spread, externalTrafficPolicy Local shrinks the route, and a graceful speaker
+connections spread, externalTrafficPolicy Local shrinks the route, a community added to
+the BGPAdvertisement with `kubectl apply` reaches the router's route while every BGP
+session stays up (the configuration is custom resources the speakers watch), a graceful speaker
 stop under traffic fails no request (the lab's router pins open connections to their
 node; ``ecmp="stateless"`` shows the FIB alone, where the re-hash resets some), then the
 same restart with ``onSigterm: retain`` (graceful restart is on in the demo lab), which
@@ -18,6 +20,7 @@ What it must not do: touch anything outside the lab (kbgpd_lab.lab.lab holds tha
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import sys
@@ -28,9 +31,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+import yaml
+
 from kbgpd_lab.lab.client import Result
 from kbgpd_lab.lab.lab import Lab, LabService
 from kbgpd_lab.lab.routers import FibWatch
+
+#: How many numbered steps the demo has.
+STEPS = 6
+#: The community step 5 adds to the lab's BGPAdvertisement.
+DEMO_COMMUNITY = "64512:100"
 
 
 class Narrator:
@@ -42,7 +52,7 @@ class Narrator:
         self.started = time.monotonic()
 
     def step(self, n: int, title: str) -> None:
-        self.out.write(f"\n==> [{n}/5] {title}\n")
+        self.out.write(f"\n==> [{n}/{STEPS}] {title}\n")
         self.out.flush()
 
     def say(self, text: str) -> None:
@@ -72,8 +82,60 @@ def route_text(lab: Lab, ip: str) -> str:
     return f"$ ip {fam} route show {ip}   (in the router namespace)\n{raw}\n=> {', '.join(names)}"
 
 
+def route_communities(lab: Lab, ip: str) -> set[tuple[str, ...]]:
+    """The communities of every path the router holds for ``ip``'s host route."""
+    fam = ipaddress.ip_address(ip).version
+    host = ipaddress.ip_network(f"{ip}/{32 if fam == 4 else 128}")
+    return {p.communities for p in lab.router.rib(fam).get(host, [])}
+
+
+def live_change(lab: Lab, say: Narrator, web: LabService) -> bool:
+    """Step 5: `kubectl apply` of the BGPAdvertisement with a community added; returns
+    whether the router's paths all carry it, with no BGP session reset."""
+    ip = web.ips[0]
+    docs = lab.config_documents()
+    for doc in docs:
+        if doc.get("kind") == "BGPAdvertisement":
+            doc["spec"]["communities"] = [*doc["spec"].get("communities", []), DEMO_COMMUNITY]
+            shown = doc
+    say.say("$ kubectl apply -f advertisement.yaml   (the configuration is custom resources)")
+    say.say(yaml.safe_dump(shown, sort_keys=False))
+    changes_before = lab.router.changes_received()
+    nodes = range(1, len(lab.topology.nodes) + 1)
+    generations = [lab.speaker_status(i)["exabgp"]["generation"] for i in nodes]
+    t0 = time.monotonic()
+    lab.apply_config(docs)
+    deadline = t0 + 30
+    want = {(DEMO_COMMUNITY,)}
+    while route_communities(lab, ip) != want and time.monotonic() < deadline:
+        time.sleep(0.02)
+    took = time.monotonic() - t0
+    got = route_communities(lab, ip)
+    states = lab.router.neighbors()
+    restarted = [
+        f"node{i}"
+        for i, before in zip(nodes, generations, strict=True)
+        if lab.speaker_status(i)["exabgp"]["generation"] != before
+    ]
+    up = all(state == "Established" for state in states.values()) and not restarted
+    say.say(
+        f"every path of {ip} at the router carries {DEMO_COMMUNITY} {took:.2f} s after the "
+        f"apply: {sorted(got)}"
+        if got == want
+        else f"the router's paths of {ip} carry {sorted(got)}, not {DEMO_COMMUNITY}"
+    )
+    grew = sum(1 for a, n in lab.router.changes_received().items() if n > changes_before.get(a, 0))
+    say.say(
+        f"BGP sessions: {sum(s == 'Established' for s in states.values())} of {len(states)} "
+        f"Established; ExaBGP restarted on {', '.join(restarted) or 'no node'} "
+        f"(its generation in /status); {grew} sessions sent the route again with the new "
+        "attribute"
+    )
+    return got == want and up
+
+
 def retain_restart(lab: Lab, say: Narrator, web: LabService) -> bool:
-    """Step 5's restart again with SpeakerConfig onSigterm: retain (graceful restart is on
+    """Step 6's restart again with SpeakerConfig onSigterm: retain (graceful restart is on
     in the demo lab): the router keeps node1's route as stale until the new speaker's
     End-of-RIB, so its FIB never changes. Returns whether that held, with no failure."""
     ip = web.ips[0]
@@ -128,7 +190,7 @@ def run_demo(
     state_dir: Path | None = None,
     on_lab: Callable[[Lab], None] | None = None,
 ) -> int:
-    """Run the five steps; returns 0 if every step showed what it should, 1 otherwise."""
+    """Run the steps; returns 0 if every step showed what it should, 1 otherwise."""
     say = Narrator(out, interactive=interactive)
     say.out.write(
         f"kube-bgpd demo: building the lab (router {router}, {ecmp} ECMP, three nodes) ...\n"
@@ -180,7 +242,11 @@ def run_demo(
         ok &= result.failures == 0 and set(result.per_node) == {"node1", "node2"}
         say.pause()
 
-        say.step(5, "graceful stop of node1's speaker while the client keeps connecting")
+        say.step(5, "a live configuration change: a community added to the BGPAdvertisement")
+        ok &= live_change(lab, say, web)
+        say.pause()
+
+        say.step(6, "graceful stop of node1's speaker while the client keeps connecting")
         if ecmp == "pinned":
             say.say(
                 "the router pins each open connection to the node it started on (conntrack,\n"

@@ -14,8 +14,11 @@ Role: bring the whole system up in network namespaces so people can watch it wor
 The cluster, two ways: ``cluster="api"`` (``kube-bgpd-lab up`` and the demo) runs the API
 simulator and the controller in the router namespace; the lab writes Services,
 EndpointSlices and Nodes to the API, the controller allocates the IPs and the speakers
-watch the API (``--kubeconfig``). ``cluster="file"`` has the speakers read a cluster dump
-(``--cluster-file``) the lab writes from :class:`LabService` declarations.
+watch the API (``--kubeconfig``). There the configuration is custom resources too: the
+lab's ``config.yaml`` is applied with ``kubectl apply`` into ``metallb-system``, and the
+speakers and the controller read it live (``--config-from-cluster``); ``apply_config``
+changes it the same way while everything runs. ``cluster="file"`` has the speakers read a
+cluster dump (``--cluster-file``) the lab writes from :class:`LabService` declarations.
 
 State: everything started is recorded (namespaces and PIDs in the topology's state file,
 the rest in ``lab.json``) so ``lab down`` tears down a lab whose ``lab up`` process has
@@ -25,7 +28,8 @@ lab's namespaces, its directory and FRR's run directory is touched.
 Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
-``set_on_sigterm(action)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``set_on_sigterm(action)``, ``config_documents()`` + ``apply_config(docs)``,
+``kubectl(*args)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
 ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
 ``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
@@ -52,6 +56,7 @@ import yaml
 
 from bgpd.model import IPAddress
 from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.crds import crd_files
 from kbgpd_lab.kit.processes import FedExaBGP
 from kbgpd_lab.lab.apicluster import (
     API_PORT,
@@ -92,6 +97,14 @@ LAB_FILE = "lab.json"
 API_ADDRESS = ipaddress.IPv4Address("172.31.250.2")
 #: Each speaker's status listener, on its own namespace's loopback.
 STATUS_ADDRESS = "127.0.0.1:7473"
+#: Where the lab's configuration objects live (kube-bgpd's default, MetalLB's namespace).
+CONFIG_NAMESPACE = "metallb-system"
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+#: `kubectl apply` of the configuration objects, validated as a user's kubectl does (the
+#: simulator serves /openapi and checks the shipped CRDs' schemas).
+KUBECTL_APPLY = ("-n", CONFIG_NAMESPACE)
+#: The Secret holding the BGPPeers' MD5 key (Lab.up(md5_password=...)).
+MD5_OBJECT_NAME = "tor-md5"
 
 
 class LabError(RuntimeError):
@@ -209,8 +222,11 @@ def speaker_config(
     link_bandwidth_per_endpoint: int | None = None,
     max_nodes: int | None = None,
     data_plane_check: bool = False,
+    password: tuple[str, str] | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router;
+    ``password`` (text, "secret" or "inline"): the peers' MD5 key, named in the Secret
+    MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
     ``max_nodes`` its fan-out cap (unset: every node announces); with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
@@ -242,10 +258,31 @@ def speaker_config(
             address=str(topo.router_address(fam)),
             holdTime=f"{hold_time}s",
             enableGracefulRestart=graceful_restart,
+            **_password_fields(password),
         )
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def _password_fields(password: tuple[str, str] | None) -> dict[str, Any]:
+    if password is None:
+        return {}
+    text, how = password
+    if how == "inline":
+        return {"password": text}
+    return {"passwordSecret": {"name": MD5_OBJECT_NAME, "namespace": CONFIG_NAMESPACE}}
+
+
+def md5_secret(password: str) -> dict[str, Any]:
+    """The Secret the BGPPeers' passwordSecret names (MetalLB's type for it)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": MD5_OBJECT_NAME, "namespace": CONFIG_NAMESPACE},
+        "type": "kubernetes.io/basic-auth",
+        "stringData": {"password": password},
+    }
 
 
 def client_argv(target: str, *args: str) -> list[str]:
@@ -366,6 +403,7 @@ class Lab:
         link_bandwidth_per_endpoint: int | None = None,
         bestpath_bandwidth: str | None = None,
         data_plane_check: bool = False,
+        md5_password: str | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -385,7 +423,9 @@ class Lab:
         started on (stateful, see topology.pin_ruleset), ``stateless`` is the FIB alone.
         ``data_plane_check`` runs a kube-proxy stand-in per node (healthy; see
         :meth:`set_proxy_health`) and has the speakers check it (SpeakerConfig
-        dataPlaneCheck).
+        dataPlaneCheck). ``md5_password`` protects every session with TCP MD5 (RFC 2385):
+        the router has it, and the BGPPeers name it in a Secret (``passwordSecret``, in
+        the API) or carry it (``password``, with a cluster file).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -412,6 +452,7 @@ class Lab:
                 # As docs/routers.md recommends: a draining node leaves the ECMP set.
                 graceful_shutdown_policy=True,
                 bestpath_bandwidth=bestpath_bandwidth,
+                md5_password=md5_password,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -438,10 +479,13 @@ class Lab:
                     link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
                     max_nodes=max_nodes,
                     data_plane_check=data_plane_check,
+                    password=None
+                    if md5_password is None
+                    else (md5_password, "secret" if cluster == "api" else "inline"),
                 )
             )
             if cluster == "api":
-                lab._start_api(in_process=apisim_in_process)
+                lab._start_api(in_process=apisim_in_process, md5_password=md5_password)
             lab.set_services(services, timeout=wait)
             for i in range(1, nodes + 1):
                 lab._start_server(i)
@@ -534,7 +578,7 @@ class Lab:
             raise LabError("this lab runs without the API simulator (cluster=file)")
         return self.api
 
-    def _start_api(self, *, in_process: bool) -> None:
+    def _start_api(self, *, in_process: bool, md5_password: str | None = None) -> None:
         # An address of its own (a secondary on br0), so an API outage can be staged
         # without touching the router's BGP address.
         host = str(API_ADDRESS)
@@ -574,12 +618,21 @@ class Lab:
             node_object(f"node{i}", node_addresses(self.topology, i))
             for i in range(1, len(self.topology.nodes) + 1)
         ]
-        api.apply([namespace_object("demo"), *nodes])
+        api.apply([namespace_object("demo"), namespace_object(CONFIG_NAMESPACE), *nodes])
+        # The shipped CRDs first, as an operator installs them (docs/configuration.md).
+        for crd in crd_files():
+            self.kubectl("apply", "-f", str(crd))
+        # The configuration as custom resources, applied as a user does.
+        if md5_password is not None:
+            secret = self.dir / "md5-secret.yaml"
+            secret.write_text(yaml.safe_dump(md5_secret(md5_password)))
+            secret.chmod(0o600)
+            self.kubectl("apply", *KUBECTL_APPLY, "-f", str(secret))
+        self.kubectl("apply", *KUBECTL_APPLY, "-f", str(self.dir / "config.yaml"))
         argv = [
             *kube_bgpd_argv(),
             "controller",
-            "--config",
-            str(self.dir / "config.yaml"),
+            *self._config_args(),
             "--kubeconfig",
             str(self.kubeconfig),
             "--lease-namespace",
@@ -700,8 +753,7 @@ class Lab:
         argv = [
             *kube_bgpd_argv(),
             "speaker",
-            "--config",
-            str(self.dir / "config.yaml"),
+            *self._config_args(),
             "--node-name",
             f"node{i}",
             *source,
@@ -757,21 +809,66 @@ class Lab:
             time.sleep(0.02)
 
     def set_on_sigterm(self, action: str) -> None:
-        """Rewrite the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
-        speakers started from now on read it, running ones re-read it on the SIGHUP sent
-        here."""
-        path = self.dir / "config.yaml"
-        docs = list(yaml.safe_load_all(path.read_text()))
+        """Change the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
+        speakers started from now on read it, running ones have it in force on return
+        (apply_config)."""
+        docs = self.config_documents()
         for doc in docs:
             if doc.get("kind") == "SpeakerConfig":
                 doc["spec"]["onSigterm"] = action
+        self.apply_config(docs)
+
+    def _config_args(self) -> list[str]:
+        """How the speakers and the controller read the configuration: the cluster's
+        custom resources with the API, else the file."""
+        if self._rec.cluster == "api":
+            return ["--config-from-cluster", CONFIG_NAMESPACE]
+        return ["--config", str(self.dir / "config.yaml")]
+
+    def config_documents(self) -> list[dict[str, Any]]:
+        """The lab's configuration documents (``config.yaml``) as they are now."""
+        return list(yaml.safe_load_all((self.dir / "config.yaml").read_text()))
+
+    def kubectl(self, *args: str, timeout: float = 60) -> str:
+        """Run ``kubectl ARGS`` against the lab's API (in the router namespace, where
+        the simulator listens); returns its output, LabError if it fails."""
+        argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--request-timeout=20s", *args]
+        proc = self.topology.router.run(argv, check=False, timeout=timeout)
+        if proc.returncode != 0:
+            raise LabError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
+        return proc.stdout
+
+    def apply_config(self, docs: Sequence[Mapping[str, Any]], *, timeout: float = 30) -> None:
+        """Make ``docs`` the configuration and return once every running speaker has it
+        in force: with the API, ``kubectl apply`` of the custom resources (the speakers
+        follow the watch); with a cluster file, the file is rewritten and the speakers
+        get a SIGHUP. Waits on each speaker's log line ``config.reloaded`` (so with the
+        API, ``docs`` must change the parsed configuration, not only metadata)."""
+        path = self.dir / "config.yaml"
+        if list(docs) == self.config_documents():
+            return  # nothing would change, and no speaker would say so
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        tmp.write_text(yaml.safe_dump_all(list(docs), sort_keys=False))
         tmp.replace(path)
-        for i in list(self._rec.speakers):
-            pid = self.speaker_pid(int(i))
-            if pid is not None:
-                os.kill(pid, signal.SIGHUP)
+        logs = {
+            int(i): self._node_dir(int(i)) / "speaker.log"
+            for i in list(self._rec.speakers)
+            if self.speaker_pid(int(i)) is not None
+        }
+        before = {i: _count(log, "config.reloaded") for i, log in logs.items()}
+        if self._rec.cluster == "api":
+            self.kubectl("apply", *KUBECTL_APPLY, "-f", str(path))
+        else:
+            for i in logs:
+                pid = self.speaker_pid(i)
+                if pid is not None:
+                    os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + timeout
+        for i, log in logs.items():
+            while _count(log, "config.reloaded") <= before[i]:
+                if time.monotonic() > deadline:
+                    raise LabError(f"node{i}'s speaker did not take the new config: {_tail(log)}")
+                time.sleep(0.02)
 
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's listener."""
@@ -1006,6 +1103,15 @@ def _alive(entry: dict[str, int] | None) -> int | None:
 def _lo_addresses(ns: Netns) -> set[str]:
     out = json.loads(ns.ip("-j", "addr", "show", "dev", "lo").stdout or "[]")
     return {a["local"] for link in out for a in link.get("addr_info", [])}
+
+
+def _count(path: Path, event: str) -> int:
+    """How many log lines of ``path`` carry the event name ``event``."""
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in text.splitlines() if f" {event}" in line or f'"{event}"' in line)
 
 
 def _tail(path: Path, chars: int = 1500) -> str:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from k8s_watcher.client import KubeClient
 from k8s_watcher.informer import InformerTiming
 from kbgpd_lab.apisim import ApiSimulator
 from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.crds import product_crds
 
 #: Short timings so failures and recoveries happen within a test's patience.
 FAST = InformerTiming(
@@ -105,10 +108,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.asynccontextmanager
-async def simulator(tmp_path: Path, **kwargs: Any) -> AsyncIterator[tuple[ApiSimulator, Path]]:
-    """An in-process simulator on loopback and a kubeconfig file pointing at it."""
+async def simulator(
+    tmp_path: Path, *, crds: bool = False, **kwargs: Any
+) -> AsyncIterator[tuple[ApiSimulator, Path]]:
+    """An in-process simulator on loopback and a kubeconfig file pointing at it; with
+    `crds`, kube-bgpd's shipped CRDs installed (the metallb.io and kube-bgpd.io kinds)."""
     kwargs.setdefault("bookmark_interval", 0.2)
     async with ApiSimulator(host="127.0.0.1", port=0, **kwargs) as sim:
+        for crd in product_crds() if crds else ():
+            sim.store.create(crd)
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
         yield sim, kubeconfig
 
@@ -151,3 +159,26 @@ def lease_renewals(
 
     count()
     return count
+
+
+@contextlib.asynccontextmanager
+async def kube_bgpd(home: Path, log: Path, *args: str) -> AsyncIterator[asyncio.subprocess.Process]:
+    """`kube-bgpd ARGS` of this venv as a process writing to `log`; its log is printed if
+    the body fails, and it is killed if still running at the end."""
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).with_name("kube-bgpd")),
+            *args,
+            stdout=out,
+            stderr=out,
+            env={**os.environ, "HOME": str(home)},
+        )
+    try:
+        yield proc
+    except BaseException:
+        print(await asyncio.to_thread(log.read_text))
+        raise
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()

@@ -1,4 +1,4 @@
-"""`kube-bgpd-lab demo` (what `make demo` runs) goes through its five steps and cleans up."""
+"""`kube-bgpd-lab demo` (what `make demo` runs) goes through its six steps and cleans up."""
 
 from __future__ import annotations
 
@@ -29,15 +29,19 @@ def test_demo_runs_every_step_and_tears_down(router: str, tmp_path: Path) -> Non
     status = run_demo(router=router, interactive=False, out=out, state_dir=tmp_path, on_lab=on_lab)
     text = out.getvalue()
     assert status == 0, text
-    for n in range(1, 6):
-        assert f"==> [{n}/5]" in text, text
+    for n in range(1, 7):
+        assert f"==> [{n}/6]" in text, text
     assert re.search(
         r"demo\s+web\s+LoadBalancer\s+\S+\s+10\.99\.100\.1,fd00:99:100::1\s+80:\d+/TCP", text
     )
     assert "=> node1, node2, node3" in text
     assert "=> node1, node2\n" in text  # Local
     assert "=> node2\n" in text  # node1's speaker stopped
-    # Step 5 under traffic: the lab's router pins open connections, so none fails.
+    # Step 5: kubectl apply of a community reaches every path at the router, no reset.
+    assert "$ kubectl apply -f advertisement.yaml" in text
+    assert re.search(r"every path of 10\.99\.100\.1 at the router carries 64512:100", text), text
+    assert re.search(r"BGP sessions: (\d+) of \1 Established; ExaBGP restarted on no node", text)
+    # Step 6 under traffic: the lab's router pins open connections, so none fails.
     assert "pinned ECMP" in text
     assert re.search(r"during the stop: \d+ requests -> node1: \d+, node2: \d+; 0 failed\n", text)
     assert re.search(r"answers after node1's route left the router: node2 \d+, and node1 \d+", text)

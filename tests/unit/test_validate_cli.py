@@ -122,7 +122,10 @@ def test_no_file_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["validate"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "")
-    assert err == "kube-bgpd validate: no config file given (FILE... or --config FILE)\n"
+    assert err == (
+        "kube-bgpd validate: no config file given (FILE..., --config FILE, "
+        "or --kubeconfig KC for the cluster's objects)\n"
+    )
 
 
 def test_console_script(tmp_path: Path) -> None:
