@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -100,11 +101,19 @@ def namespace(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]
     return manifests.namespace(name, labels or {})
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on right now (for a child process's listener)."""
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def free_port(host: str = "127.0.0.1", *, below: int | None = None) -> int:
+    """A TCP port nothing listens on right now (for a child process's listener). `below`:
+    under that number (MetalLB's BGPPeer schema caps peerPort at 16384, under the kernel's
+    ephemeral range), tried at random."""
+    if below is None:
+        with socket.socket() as s:
+            s.bind((host, 0))
+            return int(s.getsockname()[1])
+    for port in random.sample(range(10000, below), 200):
+        with socket.socket() as s, contextlib.suppress(OSError):
+            s.bind((host, port))
+            return port
+    raise RuntimeError(f"no free TCP port in 10000-{below - 1} on {host}")
 
 
 @contextlib.asynccontextmanager

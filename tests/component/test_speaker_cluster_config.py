@@ -37,7 +37,11 @@ def seed(sim: ApiSimulator, work: Path) -> None:
     for obj in (
         manifests.pool("svc", ["10.99.5.0/24"]),
         manifests.bgp_peer(
-            "tor", my_asn=64513, peer_asn=64512, address="127.0.0.2", peerPort=free_port()
+            "tor",
+            my_asn=64513,
+            peer_asn=64512,
+            address="127.0.0.2",
+            peerPort=free_port(below=16385),
         ),
         manifests.advertisement("svc", ipAddressPools=["svc"]),
         manifests.speaker_config(workDir=str(work), drainWindow="1s"),
