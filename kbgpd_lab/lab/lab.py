@@ -209,8 +209,11 @@ def speaker_config(
     link_bandwidth_per_endpoint: int | None = None,
     max_nodes: int | None = None,
     data_plane_check: bool = False,
+    vrf: str | None = None,
+    dynamic_asn: str | None = None,
 ) -> str:
-    """The speakers' config: the lab pools, one BGPPeer per family to the router;
+    """The speakers' config: the lab pools, one BGPPeer per family to the router (in the
+    VRF ``vrf``; with ``dynamic_asn``, its dynamicASN instead of peerASN);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
     ``max_nodes`` its fan-out cap (unset: every node announces); with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
@@ -234,6 +237,11 @@ def speaker_config(
         manifests.advertisement("lab", **advertisement),
         manifests.speaker_config(**spec),
     ]
+    peer_options: dict[str, Any] = {}
+    if vrf is not None:
+        peer_options["vrf"] = vrf
+    if dynamic_asn is not None:
+        peer_options.update(peerASN=None, dynamicASN=dynamic_asn)
     docs += [
         manifests.bgp_peer(
             f"tor-v{fam}",
@@ -242,6 +250,7 @@ def speaker_config(
             address=str(topo.router_address(fam)),
             holdTime=f"{hold_time}s",
             enableGracefulRestart=graceful_restart,
+            **peer_options,
         )
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
@@ -366,6 +375,8 @@ class Lab:
         link_bandwidth_per_endpoint: int | None = None,
         bestpath_bandwidth: str | None = None,
         data_plane_check: bool = False,
+        vrf: str | None = None,
+        dynamic_asn: str | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -386,6 +397,11 @@ class Lab:
         ``data_plane_check`` runs a kube-proxy stand-in per node (healthy; see
         :meth:`set_proxy_health`) and has the speakers check it (SpeakerConfig
         dataPlaneCheck).
+        ``vrf`` is the BGPPeers' vrf: the device their sessions are bound to (the lab
+        builds no VRF device: the CI kernel has no VRF support, so ``"eth0"``, the node's
+        link to the router, is what a test can bind to).
+        ``dynamic_asn`` sets the BGPPeers' dynamicASN instead of peerASN; ``"internal"``
+        also gives the router the nodes' ASN (iBGP).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -396,6 +412,8 @@ class Lab:
         topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir, ecmp=ecmp)
         lab: Lab | None = None
         try:
+            # dynamicASN internal: the router is in the nodes' AS.
+            router_asn = NODE_ASN if dynamic_asn == "internal" else ROUTER_ASN
             base = Path(directory) if directory is not None else sdir / f"lab-{topo.prefix}"
             base.mkdir(parents=True, exist_ok=True)
             statics = [topo.node_address(i, f) for i in range(1, nodes + 1) for f in (4, 6)]
@@ -412,6 +430,7 @@ class Lab:
                 # As docs/routers.md recommends: a draining node leaves the ECMP set.
                 graceful_shutdown_policy=True,
                 bestpath_bandwidth=bestpath_bandwidth,
+                asn=router_asn,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -438,6 +457,8 @@ class Lab:
                     link_bandwidth_per_endpoint=link_bandwidth_per_endpoint,
                     max_nodes=max_nodes,
                     data_plane_check=data_plane_check,
+                    vrf=vrf,
+                    dynamic_asn=dynamic_asn,
                 )
             )
             if cluster == "api":

@@ -99,6 +99,21 @@ CASES = [
         {},
         id="dual-stack-kernel-choice-and-selector",
     ),
+    # BGPPeer vrf: the socket bound to the VRF device; dynamicASN external: peer-as auto
+    # (eBGP, so single-hop TTL); internal: peer-as myASN (iBGP).
+    pytest.param(
+        Config(
+            peers=(
+                peer(
+                    "external-in-red", "172.31.250.1", peer_asn=0, dynamic_asn="external", vrf="red"
+                ),
+                peer("internal", "172.31.251.1", peer_asn=64513, dynamic_asn="internal"),
+            )
+        ),
+        {},
+        {},
+        id="vrf-and-dynamic-asn",
+    ),
 ]
 
 
