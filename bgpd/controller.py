@@ -347,7 +347,10 @@ class Controller:
         started = time.monotonic()
         services = self._overlay(snapshot)
         # The last result tells allocate() which Services are the incumbents of a shared
-        # IP when sharing breaks (a new leader starts without it: name order decides).
+        # IP when sharing breaks. A new leader has none in its first round: every holder
+        # of an IP in the status keeps it under its current terms, and that round's result
+        # is the memory for later edits; only an edit made while no controller ran falls
+        # back to name order (nothing in the cluster says which side changed).
         result = allocate(self.config, services, snapshot.namespaces, self.last_result)
         self.last_result = result
         writes, self._reported = cluster_writes(

@@ -936,13 +936,19 @@ class Decider:
     snapshots before it), so an annotation typo keeps a Service's routes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, last_valid: Mapping[ServiceKey, RouteAttributes] = NO_LAST_VALID) -> None:
         self._key: _ContextKey | None = None
-        #: decide()'s `last_valid`, kept across new contexts (remember_attributes()).
-        self._valid: dict[ServiceKey, RouteAttributes] = {}
+        #: decide()'s `last_valid`, kept across new contexts (remember_attributes()); it
+        #: starts from `last_valid` (what a restarted speaker kept from before).
+        self._valid: dict[ServiceKey, RouteAttributes] = dict(last_valid)
         self._reset(None)
         self.last_changes: dict[PeerName, set[IPNetwork]] | None = None
         self.desired_changed = False
+
+    @property
+    def last_valid(self) -> Mapping[ServiceKey, RouteAttributes]:
+        """decide()'s `last_valid` for the next snapshot (a read-only view)."""
+        return MappingProxyType(self._valid)
 
     def _reset(self, ctx: _Context | None) -> None:
         self._ctx = ctx

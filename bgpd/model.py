@@ -181,7 +181,13 @@ class BGPPeer:
     enable_graceful_restart: bool = False
     node_selectors: tuple[LabelSelector, ...] = ()
     bfd_profile: str | None = None
-    #: Our extension: a VRF is not supported; kept out on purpose.
+    #: MetalLB's vrf: the Linux VRF device the session runs in (ExaBGP binds its socket to
+    #: it, and the kernel picks the local address in the VRF's table). None: default VRF.
+    vrf: str | None = None
+    #: MetalLB's dynamicASN (internal/external) when set instead of peerASN. With external,
+    #: peer_asn is 0 (RFC 7607 reserves AS 0, so no router sends it in its OPEN): the
+    #: router's ASN is learnt from its OPEN, and the session is eBGP.
+    dynamic_asn: str | None = None
 
     @property
     def family(self) -> int:

@@ -52,7 +52,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from bgpd.decision import Decider
+from bgpd.decision import NO_LAST_VALID, Decider
 from bgpd.logs import log
 from bgpd.model import (
     DATA_PLANE_UNCHECKED,
@@ -66,6 +66,7 @@ from bgpd.model import (
     Node,
     NodeName,
     PeerName,
+    RouteAttributes,
     ServiceKey,
 )
 from bgpd.peers import NO_KERNEL_CHOICES
@@ -164,7 +165,10 @@ class Reconciler:
         sink: RouteSink,
         debounce: float = 0.0,
         kernel_choices: KernelChoices | None = None,
+        last_valid: Mapping[ServiceKey, RouteAttributes] = NO_LAST_VALID,
     ) -> None:
+        """``last_valid``: the Services' last valid attributes kept from before a restart
+        (bgpd.speaker.attribute_state), where the Decider starts from."""
         self.config = config
         #: Asked once per pass: the source address the kernel picks to reach each peer
         #: (decide() routes only to peers with a local address, bgpd.peers). None: no
@@ -183,7 +187,7 @@ class Reconciler:
         self._kicked = asyncio.Event()
         self._kicked_at: float | None = None
         #: decide() made incremental: a pass costs about the Services that changed.
-        self._decider = Decider()
+        self._decider = Decider(last_valid)
         #: The source's changed keys and the sink's changes path, when they offer them.
         self._changes_of = source.snapshot_changes if isinstance(source, ChangeSource) else None
         self._apply_changes = sink.apply_changes if isinstance(sink, ChangeSink) else None
@@ -194,6 +198,11 @@ class Reconciler:
         self._sink_current = False
         #: _sink_current as decide() found it, for the apply() that follows.
         self._sink_current_at_decide = False
+
+    @property
+    def last_valid(self) -> Mapping[ServiceKey, RouteAttributes]:
+        """The Services' last valid attributes after the last decide() (the Decider's)."""
+        return self._decider.last_valid
 
     def set_config(self, config: Config) -> None:
         self.config = config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +52,14 @@ from bgpd.model import (
 #: differs from it.
 DYNAMIC_ASN_INTERNAL: Final = "internal"
 DYNAMIC_ASN_EXTERNAL: Final = "external"
+#: BGPPeer.peer_asn of a dynamicASN external peer: learnt from the router's OPEN.
+DYNAMIC_ASN_EXTERNAL_PEER_ASN: Final = 0
+
+#: A Linux interface name (IFNAMSIZ - 1 bytes) as ExaBGP's tokeniser can carry it: no
+#: space, quote, ';', '{', '}' or '/' (the kernel refuses '/', ':' and whitespace too).
+VRF_NAME_MAX = 15
+VRF_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+_VRF_NAME_RE: Final = re.compile(VRF_NAME_PATTERN)
 
 #: Linux TCP_MD5SIG_MAXKEYLEN; ExaBGP enforces the same limit.
 MAX_MD5_PASSWORD = 80
@@ -125,9 +134,18 @@ _PEER_V1BETA2_ONLY: Final = (
         "dynamicASN",
         type="string",
         enum=(DYNAMIC_ASN_INTERNAL, DYNAMIC_ASN_EXTERNAL),
-        description="internal: the peer's ASN is myASN (set instead of peerASN); "
-        "external is refused by the loader.",
+        description="Set instead of peerASN: internal, the peer's ASN is myASN; external, "
+        "the router's ASN is learnt from its OPEN message.",
         api=Api(enum=(DYNAMIC_ASN_INTERNAL, DYNAMIC_ASN_EXTERNAL)),
+    ),
+    Field(
+        "vrf",
+        type="string",
+        max_length=VRF_NAME_MAX,
+        pattern=VRF_NAME_PATTERN,
+        description="The Linux VRF device the session runs in: ExaBGP binds its socket to it "
+        "(SO_BINDTODEVICE, which needs CAP_NET_RAW) and the local address is the one the "
+        "kernel picks in that VRF.",
     ),
 )
 #: MetalLB's v1beta2 fields the loader refuses (_PEER_UNSUPPORTED says why).
@@ -136,7 +154,6 @@ _PEER_API_ONLY: Final = (
     Field("dualStackAddressFamily", type="boolean", api=Api(default=False)),
     Field("interface", type="string"),
     Field("localASN", type="integer", api=Api(format="int64", minimum=1, maximum=4294967295)),
-    Field("vrf", type="string"),
 )
 #: What `kubectl get bgppeers` shows (MetalLB's columns).
 _PEER_COLUMNS: Final = (
@@ -207,8 +224,6 @@ _PEER_UNSUPPORTED: Final = {
     "to this value",
     "interface": "ExaBGP has no BGP unnumbered (it cannot learn the router's link-local "
     "address from an interface); set peerAddress to an address of the router",
-    "vrf": "kube-bgpd opens every session, chooses its local address and listens in the "
-    "default VRF; peer over an address reachable from the default VRF",
     "disableMP": "kube-bgpd always runs one session per address family",
     "dualStackAddressFamily": "kube-bgpd runs one session per address family; add a BGPPeer "
     "for the other family",
@@ -266,6 +281,7 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
                 peer_asn = read_int(doc, "spec.peerASN", v, *bounds(definition("asn")))
     else:
         peer_asn = _dynamic_asn(doc, dynamic, f.get("peerASN"), my_asn)
+        dynamic = dynamic if peer_asn is not None else None
     peer_address = None
     if (v := required("peerAddress")) is not MISSING:
         peer_address = read_ip(doc, "spec.peerAddress", v)
@@ -349,6 +365,10 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
                 "docs/configuration.md for running a separate BFD daemon)",
             )
 
+    vrf = None
+    if "vrf" in f and f["vrf"] not in (None, ""):
+        vrf = _vrf(doc, f["vrf"])
+
     if doc.errors != before or my_asn is None or peer_asn is None or peer_address is None:
         return None
     return BGPPeer(
@@ -369,6 +389,8 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
         enable_graceful_restart=graceful,
         node_selectors=node_selectors or (),
         bfd_profile=bfd,
+        vrf=vrf,
+        dynamic_asn=dynamic if isinstance(dynamic, str) else None,
     )
 
 
@@ -457,21 +479,17 @@ def _dynamic_asn(doc: Doc, mode: object, peer_asn: object, my_asn: int | None) -
 
     `internal` is exact: the peer's ASN must be myASN, so the session is rendered with
     peer-as = myASN and ExaBGP refuses an OPEN with another ASN, as MetalLB denies it.
-    `external` would need ExaBGP's `peer-as auto`, and ExaBGP 5.0.15 then writes its JSON
-    events with `"peer": None` (reactor/api/response/json.py), which is not JSON: the
-    speaker could no longer read that session's state."""
+    `external` is rendered `peer-as auto`: ExaBGP takes the ASN of the router's OPEN and
+    builds eBGP attributes from it (negotiated.peer_as). Its peer_asn is 0 (see
+    BGPPeer.dynamic_asn). ExaBGP 5.0.15 then writes that session's JSON events with
+    `"peer": None`, which the driver repairs before parsing (bgpd.exabgp.driver)."""
     if peer_asn not in (None, 0):
         doc.error("spec", "peerASN and dynamicASN are mutually exclusive: set one")
         return None
     if mode == DYNAMIC_ASN_INTERNAL:
         return my_asn
     if mode == DYNAMIC_ASN_EXTERNAL:
-        doc.error(
-            "spec.dynamicASN",
-            "external is not supported: ExaBGP cannot report a session whose peer AS it "
-            "learns; set peerASN to the router's ASN",
-        )
-        return None
+        return DYNAMIC_ASN_EXTERNAL_PEER_ASN
     doc.error(
         "spec.dynamicASN",
         f"{show(mode)} must be {DYNAMIC_ASN_INTERNAL} or {DYNAMIC_ASN_EXTERNAL}",
@@ -514,3 +532,19 @@ def _secret_ref(doc: Doc, path: str, value: object) -> SecretRef | None:
             return None
         namespace = ns
     return None if text is None else SecretRef(name=text, namespace=namespace)
+
+
+def _vrf(doc: Doc, value: object) -> str | None:
+    """A VRF device name: a Linux interface name (at most 15 bytes) that ExaBGP's
+    ``source-interface`` can carry. Whether the device exists is the node's business: the
+    speaker logs it and ExaBGP retries, as for a peer that cannot be reached."""
+    text = read_text(doc, "spec.vrf", value)
+    if text is None:
+        return None
+    if len(text) > VRF_NAME_MAX or not _VRF_NAME_RE.fullmatch(text) or text in (".", ".."):
+        doc.error(
+            "spec.vrf",
+            f"{show(text)} is not a VRF device name (1-{VRF_NAME_MAX} of A-Z a-z 0-9 _ . -)",
+        )
+        return None
+    return text

@@ -58,6 +58,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
@@ -83,6 +84,17 @@ _logger = logging.getLogger("bgpd.exabgp.driver")
 #: After a helper replaced a live one, ExaBGP may still answer the old helper's commands;
 #: the new helper drops answers it did not ask for, given this long to arrive (helper.py).
 SETTLE_SECONDS = 0.2
+
+#: What ExaBGP 5.0.15 writes for a session with ``peer-as auto`` (BGPPeer dynamicASN
+#: external): Python's None where JSON needs null (reactor/api/response/json.py formats
+#: neighbor['peer-as'] as it is; the ASN learnt from the OPEN is not written back).
+_UNKNOWN_PEER_AS = re.compile(r'("asn": \{ "local": \d+, "peer": )None( \})')
+
+
+def repair_event(line: str) -> str:
+    """ExaBGP's JSON event line with its one non-JSON token (an unknown peer ASN, see
+    _UNKNOWN_PEER_AS) made JSON's null; any other line unchanged."""
+    return _UNKNOWN_PEER_AS.sub(r"\1null\2", line, count=1)
 
 
 class ExaBGPDriver:
@@ -287,7 +299,7 @@ class ExaBGPDriver:
             self._wake.set()
         elif line.startswith("{"):
             try:
-                doc = json.loads(line)
+                doc = json.loads(repair_event(line))
             except ValueError:
                 log(_logger, logging.WARNING, "driver.bad_json", line=line[:200])
                 return

@@ -29,6 +29,11 @@ Rules and why (see shared lab notes, measured on ExaBGP 5.0.15):
 * enableGracefulRestart: ``capability { graceful-restart 120; }`` (MetalLB's restart
   time) and ``manual-eor true``: without manual-eor ExaBGP sends End-of-RIB before our
   replay, and the router flushes the routes it was keeping;
+* vrf: ``source-interface VRF``: ExaBGP binds the session's socket to the VRF device
+  (SO_BINDTODEVICE, CAP_NET_RAW), so the connection and its local address live in that
+  VRF's table (the kernel choice is asked there too: bgpd.speaker.render_inputs);
+* dynamicASN external: ``peer-as auto`` (ExaBGP takes the router's ASN from its OPEN);
+  internal: ``peer-as`` myASN, so another ASN is refused;
 * ``api { processes [ kube-bgpd ]; neighbor-changes; }`` and the helper process with
   ``encoder json``: the only programmatic channel of ExaBGP 5.0.
 """
@@ -41,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bgpd.attributes import check_command_text
-from bgpd.config.peer import keepalive_note
+from bgpd.config.peer import DYNAMIC_ASN_EXTERNAL, keepalive_note
 from bgpd.exabgp.errors import RenderError
 
 # The socket path and ExaBGP's start generation travel to the helper in the environment
@@ -155,9 +160,11 @@ def _neighbor_block(n: Neighbor) -> tuple[list[str], list[str]]:
         f"    router-id {n.router_id};",
         f"    local-address {n.local_address};",
         f"    local-as {p.my_asn};",
-        f"    peer-as {p.peer_asn};",
+        f"    peer-as {'auto' if p.dynamic_asn == DYNAMIC_ASN_EXTERNAL else p.peer_asn};",
         f"    hold-time {p.hold_time};",
     ]
+    if p.vrf is not None:
+        lines.append(f"    source-interface {_quote(p.vrf)};")
     if (note := keepalive_note(p.hold_time, p.keepalive_time)) is not None:
         warnings.append(f"BGPPeer {p.name}: keepaliveTime {note}")
     if p.peer_port != 179:

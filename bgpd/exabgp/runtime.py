@@ -122,7 +122,10 @@ class ExaBGPRuntime:
         self.driver.on_dead = self.supervisor.kill
 
     def _env(self, generation: int) -> dict[str, str]:
-        listen = [n.local_address for n in self.rendering.neighbors] if self.rendering else []
+        # ExaBGP's listener is in the default VRF: a VRF session's address cannot be bound
+        # there (the kernel says EADDRNOTAVAIL), so that session only connects out.
+        neighbors = self.rendering.neighbors if self.rendering else ()
+        listen = [n.local_address for n in neighbors if n.peer.vrf is None]
         env = render_env(
             socket_path=str(self.driver.socket_path),
             generation=generation,

@@ -90,7 +90,7 @@ from bgpd.model import (
 )
 from bgpd.mqtt import MQTTPublisher
 from bgpd.reconciler import Pass, PassResult, Reconciler
-from bgpd.speaker import drain
+from bgpd.speaker import attribute_state, drain
 from bgpd.speaker.dataplane import (
     DataPlaneState,
     Thresholds,
@@ -248,6 +248,9 @@ class Speaker:
             listen=sc.listen,
         )
         self.driver = self.runtime.driver
+        #: The Services' last valid attributes, kept across restarts (attribute_state).
+        self._last_valid_file = work_dir / attribute_state.FILE_NAME
+        self._last_valid_saved = attribute_state.load(self._last_valid_file)
         self.reconciler = Reconciler(
             config=config,
             node=node,
@@ -255,6 +258,7 @@ class Speaker:
             sink=self.driver,
             debounce=sc.debounce,
             kernel_choices=self.kernel_choices,
+            last_valid=self._last_valid_saved,
         )
         self.status_server = StatusServer(status_address, self)
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
@@ -383,6 +387,7 @@ class Speaker:
         )
         self._first_decision.set()
         self.metrics.observe_reconcile(result.duration)
+        self._save_last_valid()
         # The Decider says whether the desired set changed (no second by_peer() and
         # comparison of every route per pass).
         if not result.desired_changed:
@@ -394,6 +399,15 @@ class Speaker:
             first = min(first, self._unconverged[0])
         self._unconverged = (first, now)
         self._applied.set()
+
+    def _save_last_valid(self) -> None:
+        """Write the last valid attributes when a pass changed them (seldom: an
+        annotation edited, a Service added or removed), so a restart keeps them."""
+        current = self.reconciler.last_valid
+        if current != self._last_valid_saved:
+            snapshot = dict(current)
+            if attribute_state.save(self._last_valid_file, snapshot):
+                self._last_valid_saved = snapshot
 
     # ------------------------------------------------------------------ signals
 

@@ -1,7 +1,10 @@
 """The inputs of ExaBGP's rendering that need I/O the pure renderer must not do.
 
 * The source address the kernel picks to reach each peer (a connected UDP socket's
-  getsockname(), which sends no packet). Cached per peer address; the refresh rule: a
+  getsockname(), which sends no packet); for a peer with a ``vrf`` the socket is first
+  bound to the VRF device (SO_BINDTODEVICE, as ExaBGP's session socket is), so the
+  answer comes from the VRF's routing table, as ``ip route get ADDR vrf NAME`` would.
+  Cached per peer address and VRF; the refresh rule: a
   peer's choice is asked again when the config is (re)loaded, when this node's Node
   object changes its addresses, and when the cached answer is older than
   ``KERNEL_CHOICE_TTL`` seconds (an address added to an interface, or a route change,
@@ -50,11 +53,15 @@ class RenderInputs(Protocol):
         ...
 
 
-def kernel_choice(peer: IPAddress) -> IPAddress | None:
-    """The source address the kernel would use to reach ``peer`` (no packet is sent)."""
+def kernel_choice(peer: IPAddress, vrf: str | None = None) -> IPAddress | None:
+    """The source address the kernel would use to reach ``peer`` (no packet is sent), in
+    the routing table of the VRF device ``vrf`` when one is given. None: no route, or no
+    such device (or no CAP_NET_RAW to bind to it: ExaBGP would fail the same way)."""
     family = socket.AF_INET if peer.version == 4 else socket.AF_INET6
     try:
         with socket.socket(family, socket.SOCK_DGRAM) as s:
+            if vrf is not None:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, vrf.encode() + b"\0")
             s.connect((str(peer), 9))
             return ipaddress.ip_address(s.getsockname()[0])
     except OSError:
@@ -80,14 +87,14 @@ class HostRenderInputs:
         self,
         config: Config,
         *,
-        ask_kernel: Callable[[IPAddress], IPAddress | None] = kernel_choice,
+        ask_kernel: Callable[[IPAddress, str | None], IPAddress | None] = kernel_choice,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._ask_kernel = ask_kernel
         self._clock = clock
         self._config = config
-        #: peer address -> (choice, monotonic time asked)
-        self._kernel: dict[IPAddress, tuple[IPAddress | None, float]] = {}
+        #: (peer address, VRF) -> (choice, monotonic time asked)
+        self._kernel: dict[tuple[IPAddress, str | None], tuple[IPAddress | None, float]] = {}
         self._node_addresses: tuple[tuple[str, str], ...] | None = None
         #: password file -> (stamp, key or None when unreadable)
         self._files: dict[Path, tuple[_FileStamp | None, str | None]] = {}
@@ -105,10 +112,11 @@ class HostRenderInputs:
         now = self._clock()
         out: dict[PeerName, IPAddress | None] = {}
         for p in self._config.peers:
-            cached = self._kernel.get(p.peer_address)
+            key = (p.peer_address, p.vrf)
+            cached = self._kernel.get(key)
             if cached is None or now - cached[1] >= KERNEL_CHOICE_TTL:
-                cached = (self._ask_kernel(p.peer_address), now)
-                self._kernel[p.peer_address] = cached
+                cached = (self._ask_kernel(*key), now)
+                self._kernel[key] = cached
             out[p.name] = cached[0]
         return out
 

@@ -223,8 +223,11 @@ def speaker_config(
     max_nodes: int | None = None,
     data_plane_check: bool = False,
     password: tuple[str, str] | None = None,
+    vrf: str | None = None,
+    dynamic_asn: str | None = None,
 ) -> str:
-    """The speakers' config: the lab pools, one BGPPeer per family to the router;
+    """The speakers' config: the lab pools, one BGPPeer per family to the router (in the
+    VRF ``vrf``; with ``dynamic_asn``, its dynamicASN instead of peerASN);
     ``password`` (text, "secret" or "inline"): the peers' MD5 key, named in the Secret
     MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
@@ -250,6 +253,11 @@ def speaker_config(
         manifests.advertisement("lab", **advertisement),
         manifests.speaker_config(**spec),
     ]
+    peer_options: dict[str, Any] = {}
+    if vrf is not None:
+        peer_options["vrf"] = vrf
+    if dynamic_asn is not None:
+        peer_options.update(peerASN=None, dynamicASN=dynamic_asn)
     docs += [
         manifests.bgp_peer(
             f"tor-v{fam}",
@@ -259,6 +267,7 @@ def speaker_config(
             holdTime=f"{hold_time}s",
             enableGracefulRestart=graceful_restart,
             **_password_fields(password),
+            **peer_options,
         )
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
@@ -404,6 +413,8 @@ class Lab:
         bestpath_bandwidth: str | None = None,
         data_plane_check: bool = False,
         md5_password: str | None = None,
+        vrf: str | None = None,
+        dynamic_asn: str | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -426,6 +437,11 @@ class Lab:
         dataPlaneCheck). ``md5_password`` protects every session with TCP MD5 (RFC 2385):
         the router has it, and the BGPPeers name it in a Secret (``passwordSecret``, in
         the API) or carry it (``password``, with a cluster file).
+        ``vrf`` is the BGPPeers' vrf: the device their sessions are bound to (the lab
+        builds no VRF device: the CI kernel has no VRF support, so ``"eth0"``, the node's
+        link to the router, is what a test can bind to).
+        ``dynamic_asn`` sets the BGPPeers' dynamicASN instead of peerASN; ``"internal"``
+        also gives the router the nodes' ASN (iBGP).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -436,6 +452,8 @@ class Lab:
         topo = Topology.create(prefix=prefix, nodes=nodes, ipv6=ipv6, state_dir=sdir, ecmp=ecmp)
         lab: Lab | None = None
         try:
+            # dynamicASN internal: the router is in the nodes' AS.
+            router_asn = NODE_ASN if dynamic_asn == "internal" else ROUTER_ASN
             base = Path(directory) if directory is not None else sdir / f"lab-{topo.prefix}"
             base.mkdir(parents=True, exist_ok=True)
             statics = [topo.node_address(i, f) for i in range(1, nodes + 1) for f in (4, 6)]
@@ -453,6 +471,7 @@ class Lab:
                 graceful_shutdown_policy=True,
                 bestpath_bandwidth=bestpath_bandwidth,
                 md5_password=md5_password,
+                asn=router_asn,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -482,6 +501,8 @@ class Lab:
                     password=None
                     if md5_password is None
                     else (md5_password, "secret" if cluster == "api" else "inline"),
+                    vrf=vrf,
+                    dynamic_asn=dynamic_asn,
                 )
             )
             if cluster == "api":

@@ -231,27 +231,33 @@ async def test_sharing_key_shares_one_ip(env: Env) -> None:
     assert ingress(sim, "other") == ["10.99.0.11"]
 
 
+async def share_one_ip(sim: ApiSimulator) -> None:
+    """a-dns and b-dns (sharing key dns, other ports) created and sharing 10.99.0.10."""
+    sim.store.create(lb_service("a-dns", annotations={SHARE: "dns"}, ports=(53,)))
+    sim.store.create(lb_service("b-dns", annotations={SHARE: "dns"}, ports=(5353,)))
+    for name in ("a-dns", "b-dns"):
+        await wait_until_async(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
+    assert ingress(sim, "a-dns") == ingress(sim, "b-dns") == ["10.99.0.10"]
+
+
+async def edit_first_key_and_see_it_move(sim: ApiSimulator) -> None:
+    """a-dns (sorting first) changes its sharing key: it moves, b-dns keeps the IP."""
+    sim.store.patch(
+        "services", "a-dns", {"metadata": {"annotations": {SHARE: "other"}}}, namespace="default"
+    )
+    await wait_until_async(lambda: ingress(sim, "a-dns") == ["10.99.0.11"], what="a moves")
+    assert ingress(sim, "b-dns") == ["10.99.0.10"]
+
+
 async def test_sharing_edits_in_sequence_keep_the_incumbent(env: Env) -> None:
     """Two Services share 10.99.0.10. Editing the first one's sharing key (it sorts first,
     so name order alone would cut the second off) moves only the edited one, as in
     MetalLB; the untouched one never gets a ClearAssignment. Editing it back keeps its
     new IP (stable), and a request for the shared IP under another key is refused."""
     sim = env.sim
-    sim.store.create(lb_service("a-dns", annotations={SHARE: "dns"}, ports=(53,)))
-    sim.store.create(lb_service("b-dns", annotations={SHARE: "dns"}, ports=(5353,)))
     async with env.controller():
-        for name in ("a-dns", "b-dns"):
-            await wait_until_async(lambda n=name: ingress(sim, n) != [], what=f"{name} allocated")
-        assert ingress(sim, "a-dns") == ingress(sim, "b-dns") == ["10.99.0.10"]
-
-        sim.store.patch(
-            "services",
-            "a-dns",
-            {"metadata": {"annotations": {SHARE: "other"}}},
-            namespace="default",
-        )
-        await wait_until_async(lambda: ingress(sim, "a-dns") == ["10.99.0.11"], what="a moves")
-        assert ingress(sim, "b-dns") == ["10.99.0.10"]
+        await share_one_ip(sim)
+        await edit_first_key_and_see_it_move(sim)
 
         sim.store.patch(
             "services", "a-dns", {"metadata": {"annotations": {SHARE: "dns"}}}, namespace="default"
@@ -264,6 +270,20 @@ async def test_sharing_edits_in_sequence_keep_the_incumbent(env: Env) -> None:
     assert ingress(sim, "b-dns") == ["10.99.0.10"]
     assert reasons(sim, "b-dns") == ["IPAllocated"]
     assert reasons(sim, "a-dns") == ["IPAllocated", "ClearAssignment", "IPAllocated"]
+
+
+async def test_incumbent_still_wins_after_a_controller_restart(env: Env) -> None:
+    """Item 2 across a leader change: the new controller starts with no previous result
+    and takes the incumbents from the cluster (the Services holding the IP in their
+    status, under their current terms) in its first round; an edit after that moves only
+    the edited Service, although it sorts first."""
+    sim = env.sim
+    async with env.controller():
+        await share_one_ip(sim)
+    async with env.controller("c2") as second:
+        await wait_until_async(lambda: second.rounds >= 1, what="a round by the new controller")
+        await edit_first_key_and_see_it_move(sim)
+    assert "ClearAssignment" not in reasons(sim, "b-dns")
 
 
 @pytest.mark.parametrize(

@@ -603,3 +603,44 @@ def test_a_failed_or_emptying_reload_keeps_the_config_and_the_routes(
     sp.proc.send_signal(signal.SIGHUP)
     sp.wait_status(lambda d: not d["config"]["stale"])
     assert net("10.99.100.5/32") in bird.rib()
+
+
+def annotated_communities_dump(value: str) -> str:
+    """node1 and shop/web0 on 10.99.100.5 with kube-bgpd.io/communities ``value``."""
+    items = [node_item("node1", NODE1_V4, labels={"rack": "r1"})]
+    items += service_items("web0", "10.99.100.5", uid="u0")
+    items[1]["metadata"]["annotations"] = {"kube-bgpd.io/communities": value}
+    return cluster_list(items)
+
+
+def test_restart_keeps_the_last_valid_attributes(
+    make_router: Callable[..., Router], speaker: Callable[..., SpeakerProc], tmp_path: Path
+) -> None:
+    """An announced Service whose attribute annotation became invalid keeps its last valid
+    attributes (issue 16 item 9), and keeps them across a speaker restart: the speaker
+    writes them to its work directory and reads them at start. Without that, the
+    restarted speaker would see a Service it never saw valid and not announce it."""
+    bird = make_router("bird")
+    prefix = net("10.99.100.5/32")
+
+    def communities() -> list[tuple[str, ...]]:
+        return [p.communities for p in bird.rib().get(prefix, [])]
+
+    sp = speaker(config_text(), annotated_communities_dump("65000:7"))
+    bird.wait_rib(lambda r: communities() == [("65000:1", "65000:7")], 20)
+    sp.dump.write_text(annotated_communities_dump("65000:seven"))
+
+    def decided_on_the_edit() -> bool:
+        text = sp.log.read_text(errors="replace")
+        last = text.rfind("clusterfile.loaded")
+        return text.count("clusterfile.loaded") >= 2 and "reconcile.applied" in text[last:]
+
+    wait_until(decided_on_the_edit, within=20, what="a pass on the edited dump")
+    assert communities() == [("65000:1", "65000:7")]
+    state = tmp_path / "work" / "last-valid-attributes.json"
+    assert "65000:7" in state.read_text()
+
+    sp.stop()  # SIGKILL: ExaBGP goes down with it and BIRD drops the route
+    bird.wait_rib(lambda r: prefix not in r, 20)
+    speaker(config_text(), annotated_communities_dump("65000:seven"))
+    bird.wait_rib(lambda r: communities() == [("65000:1", "65000:7")], 20)

@@ -224,9 +224,6 @@ BAD: list[Any] = [
     pytest.param(
         [peer(vrf="red", dynamicASN="external", interface="eth0")],
         [
-            "BGPPeer tor-a: spec.vrf: not supported: kube-bgpd opens every session, chooses "
-            "its local address and listens in the default VRF; peer over an address reachable "
-            "from the default VRF",
             "BGPPeer tor-a: spec.interface: not supported: ExaBGP has no BGP unnumbered (it "
             "cannot learn the router's link-local address from an interface); set peerAddress "
             "to an address of the router",

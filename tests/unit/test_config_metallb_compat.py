@@ -77,14 +77,6 @@ ASN_ERRORS = [
         id="dynamic-and-peer-asn",
     ),
     pytest.param(
-        {"peerASN": None, "dynamicASN": "external"},
-        [
-            "BGPPeer tor-a: spec.dynamicASN: external is not supported: ExaBGP cannot report "
-            "a session whose peer AS it learns; set peerASN to the router's ASN"
-        ],
-        id="dynamic-external",
-    ),
-    pytest.param(
         {"peerASN": None, "dynamicASN": "auto"},
         ["BGPPeer tor-a: spec.dynamicASN: 'auto' must be internal or external"],
         id="dynamic-unknown-mode",
@@ -101,13 +93,25 @@ ASN_ERRORS = [
         id="dynamic-internal-multihop",
     ),
     pytest.param(
-        {"vrf": "red"},
+        {"vrf": "a-vrf-name-too-long"},
         [
-            "BGPPeer tor-a: spec.vrf: not supported: kube-bgpd opens every session, chooses "
-            "its local address and listens in the default VRF; peer over an address reachable "
-            "from the default VRF"
+            "BGPPeer tor-a: spec.vrf: 'a-vrf-name-too-long' is not a VRF device name (1-15 of "
+            "A-Z a-z 0-9 _ . -)"
         ],
-        id="vrf",
+        id="vrf-name-too-long",
+    ),
+    pytest.param(
+        {"vrf": "red blue"},
+        [
+            "BGPPeer tor-a: spec.vrf: 'red blue' is not a VRF device name "
+            "(1-15 of A-Z a-z 0-9 _ . -)"
+        ],
+        id="vrf-name-with-space",
+    ),
+    pytest.param(
+        {"vrf": ".."},
+        ["BGPPeer tor-a: spec.vrf: '..' is not a VRF device name (1-15 of A-Z a-z 0-9 _ . -)"],
+        id="vrf-name-dots",
     ),
     pytest.param(
         {"peerAddress": None, "interface": "eth0"},
@@ -138,6 +142,24 @@ def test_dynamic_asn_internal_peers_with_my_asn() -> None:
     assert result.config is not None, messages(result.errors)
     p = result.config.peers[0]
     assert (p.my_asn, p.peer_asn, p.is_ibgp) == (64512, 64512, True)
+    assert p.dynamic_asn == "internal"
+
+
+def test_dynamic_asn_external_learns_the_routers_asn() -> None:
+    """MetalLB: external accepts the neighbour's ASN from its OPEN (FRR `remote-as
+    external`); ExaBGP's `peer-as auto` does the same, and the session is eBGP."""
+    result = parse(peer(peerASN=None, dynamicASN="external"))
+    assert result.config is not None, messages(result.errors)
+    p = result.config.peers[0]
+    assert (p.peer_asn, p.dynamic_asn, p.is_ibgp) == (0, "external", False)
+    assert messages(result.warnings) == []
+
+
+def test_vrf_names_the_device_the_session_runs_in() -> None:
+    """MetalLB: the session runs in the named VRF; kube-bgpd binds ExaBGP's socket to it."""
+    result = parse(peer(vrf="red"))
+    assert result.config is not None, messages(result.errors)
+    assert result.config.peers[0].vrf == "red"
 
 
 # --------------------------------------------------------------------------- localPref

@@ -6,6 +6,7 @@ changes against a simulated ExaBGP."""
 from __future__ import annotations
 
 import ipaddress
+import json
 from collections.abc import Iterable
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from bgpd.exabgp.core import DriverCore, DriverMode
+from bgpd.exabgp.driver import repair_event
 from bgpd.exabgp.plan import Command, CommandKind, drained, plan
 from bgpd.exabgp.render import Neighbor
 from bgpd.model import (
@@ -573,3 +575,31 @@ TestInterleavings.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# ExaBGP 5.0.15's state event for a `peer-as auto` session (BGPPeer dynamicASN external),
+# as it writes it: Python's None for the unknown peer ASN.
+AUTO_PEER_AS_EVENT = (
+    '{ "exabgp": "5.0.15", "time": 1.0, "host" : "n1", "pid" : 1, "ppid" : 1, '
+    '"counter": 1, "type": "state", "neighbor": { "address": { "local": "172.31.250.11", '
+    '"peer": "172.31.250.1" }, "asn": { "local": 64513, "peer": None } , '
+    '"state": "up" } }'
+)
+
+
+def test_an_unknown_peer_asn_event_is_read_as_json() -> None:
+    doc = json.loads(repair_event(AUTO_PEER_AS_EVENT))
+    assert doc["neighbor"]["asn"] == {"local": 64513, "peer": None}
+    assert doc["neighbor"]["state"] == "up"
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(AUTO_PEER_AS_EVENT.replace("None", "64512"), id="known-asn"),
+        pytest.param('{ "message": "peer None }" }', id="none-elsewhere"),
+        pytest.param("done", id="ack"),
+    ],
+)
+def test_other_lines_are_left_alone(line: str) -> None:
+    assert repair_event(line) == line

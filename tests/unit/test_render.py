@@ -99,6 +99,21 @@ CASES = [
         {},
         id="dual-stack-kernel-choice-and-selector",
     ),
+    # BGPPeer vrf: the socket bound to the VRF device; dynamicASN external: peer-as auto
+    # (eBGP, so single-hop TTL); internal: peer-as myASN (iBGP).
+    pytest.param(
+        Config(
+            peers=(
+                peer(
+                    "external-in-red", "172.31.250.1", peer_asn=0, dynamic_asn="external", vrf="red"
+                ),
+                peer("internal", "172.31.251.1", peer_asn=64513, dynamic_asn="internal"),
+            )
+        ),
+        {},
+        {},
+        id="vrf-and-dynamic-asn",
+    ),
 ]
 
 
@@ -197,3 +212,20 @@ def test_env(as_root: bool, listen: tuple, expect: dict[str, str], absent: list[
         assert env[k] == v
     for k in absent:
         assert k not in env
+
+
+def test_listener_leaves_vrf_sessions_out(tmp_path: Path) -> None:
+    """ExaBGP listens in the default VRF: a VRF session's local address cannot be bound
+    there, so it is not in exabgp_tcp_bind (that session only connects out)."""
+    from bgpd.exabgp.runtime import ExaBGPRuntime
+
+    config = Config(
+        peers=(
+            peer("in-red", "172.31.251.1", vrf="red", source_address=ip("172.31.251.11")),
+            peer("default", "172.31.250.1"),
+        )
+    )
+    rt = ExaBGPRuntime(node=NodeName("node1"), work_dir=tmp_path / "w", listen=True)
+    rt.rendering = render(config, NODE, kernel_choices={}, passwords={}, helper_argv=HELPER)
+    assert [n.name for n in rt.rendering.neighbors] == ["default", "in-red"]
+    assert rt._env(1)["exabgp_tcp_bind"] == "172.31.250.11"

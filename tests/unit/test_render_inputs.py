@@ -53,7 +53,8 @@ def test_kernel_choice_is_cached_until_ttl_node_change_or_reload() -> None:
     now = [0.0]
     local = ipaddress.ip_address("172.31.250.11")
 
-    def ask(p: IPAddress) -> IPAddress | None:
+    def ask(p: IPAddress, vrf: str | None) -> IPAddress | None:
+        assert vrf is None
         asked.append(p)
         return local
 
