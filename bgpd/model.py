@@ -568,6 +568,9 @@ class NoticeReason(StrEnum):
     #: An attribute the Service asks for cannot go to some of its peers (LOCAL_PREF to
     #: eBGP peers, RFC 4271 5.1.5).
     ATTRIBUTE_NOT_SENT = "attributeNotSent"
+    #: An aggregate's merged communities would not fit in one BGP UPDATE: the Service's
+    #: (or an advertisement's) communities are left out of that route (bgpd.update_size).
+    COMMUNITIES_LEFT_OUT = "communitiesLeftOut"
 
 
 @dataclass(frozen=True, slots=True)
