@@ -76,6 +76,10 @@ _logger = logging.getLogger("bgpd.exabgp.driver")
 
 Routes = dict[PeerName, dict[IPNetwork, RouteAttributes]]
 
+#: More time than this between two ack_timed_out() checks (the driver's sender checks
+#: every 0.5 s) means the speaker itself did not run: see ack_timed_out().
+STALL_GAP = 2.0
+
 
 class DriverMode(StrEnum):
     NORMAL = "normal"
@@ -150,12 +154,14 @@ class DriverCore:
         window: int = 4,
         batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
+        stall_gap: float = STALL_GAP,
         emit: Callable[[SpeakerEvent], None] = _ignore,
     ) -> None:
         self.node = node
         self.window = window
         self.batch = batch
         self.ack_timeout = ack_timeout
+        self.stall_gap = stall_gap
         self.emit = emit
         self.stats = DriverStats()
         self.mode = DriverMode.NORMAL
@@ -185,6 +191,10 @@ class DriverCore:
         #: to know whether a peer's set is all of its session's family).
         self._version_counts: dict[PeerName, dict[int, int]] = {}
         self._dead_reported = False
+        #: When ack_timed_out() was last asked (the transport asks on every tick).
+        self._last_check: float | None = None
+        #: The last check found an answer overdue; the next one confirms it.
+        self._overdue_seen = False
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -204,6 +214,7 @@ class DriverCore:
         self._in_flight.clear()
         self._eor_due.clear()
         self._dead_reported = False
+        self._overdue_seen = False
         for name, s in self._sessions.items():
             if s.state is not SessionState.DOWN:
                 self._set_state(name, SessionState.DOWN, "exabgp restarted", at)
@@ -229,6 +240,7 @@ class DriverCore:
         if not self._in_flight:
             log(_logger, logging.WARNING, "driver.unexpected_ack", done=done)
             return
+        self._overdue_seen = False  # an answer: ExaBGP is alive
         cmd = self._in_flight.popleft().command
         if done:
             if cmd.kind is CommandKind.EOR and cmd.peer is not None:
@@ -412,8 +424,32 @@ class DriverCore:
     def ack_timed_out(self, now: float) -> bool:
         """True once (until the next reset) when the oldest command in flight waited more
         than ``ack_timeout``: ExaBGP is hung, and the caller has it killed (the restart
-        replays everything)."""
+        replays everything). The transport asks on every tick of its sender.
+
+        Answers that are already waiting to be read are not a hang: after the speaker
+        itself stalled (SIGSTOP, a long GC pause, an overloaded node), the first tick
+        comes before its reader has read the acks ExaBGP wrote meanwhile. Two rules keep
+        a healthy ExaBGP alive then (a kill flaps every route):
+
+        * time the caller was not looking (more than ``stall_gap`` between two checks)
+          is not ExaBGP's: the commands in flight get it back;
+        * an answer found overdue is judged at the next check, not this one, so the
+          reader gets at least one turn to deliver what is pending (any answer clears
+          the suspicion)."""
+        last, self._last_check = self._last_check, now
+        if last is not None and now - last > self.stall_gap:
+            gap = now - last
+            for item in self._in_flight:
+                item.sent_at += gap
+            self._overdue_seen = False
+            if self._in_flight:
+                log(_logger, logging.WARNING, "driver.stalled", seconds=round(gap, 3))
+            return False
         if not self._overdue(now) or self._dead_reported:
+            self._overdue_seen = False
+            return False
+        if not self._overdue_seen:
+            self._overdue_seen = True
             return False
         self._dead_reported = True
         self.stats.ack_timeouts += 1

@@ -299,8 +299,9 @@ def test_ack_timeout_is_reported_once_and_stops_sending() -> None:
     c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
     c.next_commands(100.0)
     assert not c.ack_timed_out(110.0)
-    assert c.ack_timed_out(110.5)
-    assert not c.ack_timed_out(111.0)
+    assert not c.ack_timed_out(110.5)  # overdue: judged at the next check
+    assert c.ack_timed_out(111.0)
+    assert not c.ack_timed_out(111.5)
     assert c.stats.ack_timeouts == 1
     c.on_ack(True, 0.0)
     c.next_commands(111.0)
@@ -310,6 +311,33 @@ def test_ack_timeout_is_reported_once_and_stops_sending() -> None:
     assert len(answer_all(c, now=130.0)) == 2
     c.next_commands(200.0)
     assert not c.ack_timed_out(300.0)  # nothing in flight
+
+
+def test_acks_waiting_at_the_deadline_are_read_before_judging() -> None:
+    """Issue 15 item 8: the speaker stalled (SIGSTOP 11 s) while ExaBGP answered; after
+    SIGCONT the sender's tick may come before the reader's. That tick never kills: the
+    time the speaker was not running is not charged to ExaBGP, and an overdue answer is
+    only judged at the next tick, after the reader had its turn."""
+    c = core(window=2, batch=1)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
+    assert len(c.next_commands(100.0)) == 2
+    assert not c.ack_timed_out(100.5)
+    assert not c.ack_timed_out(111.5)  # the first tick after an 11 s stall
+    c.on_ack(True, 0.0)
+    c.on_ack(True, 0.0)
+    assert not c.ack_timed_out(112.0)
+    assert c.stats.ack_timeouts == 0
+    # Overdue without a stall (ticks every 0.5 s): an answer between the two ticks
+    # clears the suspicion; none does not.
+    c.apply({GR: {net("10.0.0.3/32"): PLAIN}})
+    c.next_commands(112.0)
+    tick = 112.0
+    while tick <= 112.0 + c.ack_timeout:  # up to the first tick past the deadline
+        tick += 0.5
+        assert not c.ack_timed_out(tick)
+    c.on_ack(True, 0.0)
+    assert not c.ack_timed_out(tick + 0.5)
+    assert c.stats.ack_timeouts == 0
 
 
 def test_unexpected_ack_is_ignored() -> None:
@@ -510,12 +538,30 @@ class Interleavings(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.outstanding))
     @rule()
     def ack_timeout(self) -> None:
-        """ExaBGP hangs: the oldest answer is overdue, the supervisor kills it."""
-        self.now += self.core.ack_timeout + 1
+        """ExaBGP hangs: the sender ticks every 0.5 s; within one tick of the oldest
+        answer being overdue the core says so (once) and the supervisor kills it."""
+        self.core.ack_timed_out(self.now)
+        start = self.now
+        while not self.core.ack_timed_out(self.now):
+            self.now += 0.5
+            assert self.now - start <= self.core.ack_timeout + 1.0
         assert self.core.next_commands(self.now) == []
-        assert self.core.ack_timed_out(self.now)
         assert not self.core.ack_timed_out(self.now)
         self._restart()
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule(gap=st.floats(min_value=0.0, max_value=60.0), sender_first=st.booleans())
+    def speaker_stalls(self, gap: float, sender_first: bool) -> None:
+        """The speaker itself stops for `gap` seconds while ExaBGP answers everything;
+        after it resumes, whichever of the sender and the reader runs first, the answers
+        waiting to be read are consumed before any verdict: never a timeout."""
+        self.core.ack_timed_out(self.now)
+        self.now += gap
+        if sender_first:
+            assert not self.core.ack_timed_out(self.now)
+        self.answer_every_outstanding(True)
+        self.now += 0.5
+        assert not self.core.ack_timed_out(self.now)
 
     def _restart(self) -> None:
         self.rib.clear()
