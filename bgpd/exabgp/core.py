@@ -53,6 +53,7 @@ from bgpd.exabgp.plan import (
     drained,
     eor_command,
     plan,
+    probe_command,
     restrict,
 )
 from bgpd.exabgp.render import Neighbor
@@ -79,6 +80,11 @@ Routes = dict[PeerName, dict[IPNetwork, RouteAttributes]]
 #: More time than this between two ack_timed_out() checks (the driver's sender checks
 #: every 0.5 s) means the speaker itself did not run: see ack_timed_out().
 STALL_GAP = 2.0
+
+#: An ExaBGP with nothing in flight for this long gets a probe (plan.probe_command()):
+#: a hung but idle ExaBGP is then noticed within this plus the ack timeout, instead of
+#: when a router's hold timer drops the node.
+PROBE_INTERVAL = 5.0
 
 
 class DriverMode(StrEnum):
@@ -155,6 +161,7 @@ class DriverCore:
         batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
         stall_gap: float = STALL_GAP,
+        probe_interval: float | None = PROBE_INTERVAL,
         emit: Callable[[SpeakerEvent], None] = _ignore,
     ) -> None:
         self.node = node
@@ -162,6 +169,7 @@ class DriverCore:
         self.batch = batch
         self.ack_timeout = ack_timeout
         self.stall_gap = stall_gap
+        self.probe_interval = probe_interval
         self.emit = emit
         self.stats = DriverStats()
         self.mode = DriverMode.NORMAL
@@ -195,6 +203,8 @@ class DriverCore:
         self._last_check: float | None = None
         #: The last check found an answer overdue; the next one confirms it.
         self._overdue_seen = False
+        #: When the last command was written (monotonic), for the idle probe.
+        self._last_sent: float | None = None
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -242,6 +252,8 @@ class DriverCore:
             return
         self._overdue_seen = False  # an answer: ExaBGP is alive
         cmd = self._in_flight.popleft().command
+        if cmd.kind is CommandKind.PROBE:
+            return
         if done:
             if cmd.kind is CommandKind.EOR and cmd.peer is not None:
                 self._eor_due.discard(cmd.peer)
@@ -462,6 +474,11 @@ class DriverCore:
         )
         return True
 
+    def answer_overdue(self, now: float) -> bool:
+        """ExaBGP owes an answer older than ``ack_timeout`` (a route command or the idle
+        probe): it is hung, whether or not the restart was asked for yet."""
+        return self._overdue(now)
+
     def _overdue(self, now: float) -> bool:
         return bool(self._in_flight) and now - self._in_flight[0].sent_at > self.ack_timeout
 
@@ -521,9 +538,17 @@ class DriverCore:
                     for peer, prefixes in self._retry.items()
                     for p in prefixes
                 )
+            if self.probe_interval is not None and (
+                self._last_sent is None or now - self._last_sent >= self.probe_interval
+            ):
+                # Idle: ask ExaBGP for an answer; none within ack_timeout is a hang.
+                probe = probe_command()
+                self._record_sent(probe, now)
+                out.append(probe)
         return out
 
     def _record_sent(self, cmd: Command, now: float) -> None:
+        self._last_sent = now
         self.stats.commands_sent[cmd.kind.value] += 1
         self._in_flight.append(_InFlight(cmd, now))
         if cmd.peer is not None:

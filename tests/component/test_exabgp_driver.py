@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bgpd.exabgp.core import PROBE_INTERVAL
 from bgpd.exabgp.plan import Command, delta
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
@@ -597,3 +598,29 @@ async def test_speaker_stall_with_commands_in_flight_keeps_exabgp(
             assert rt.supervisor.pid == pid
             assert await in_thread(bird_router.sessions) == sessions
         assert all(in_flight_at_stall), in_flight_at_stall
+
+
+async def test_hung_idle_exabgp_is_restarted_within_the_probe_bound(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    """Issue 15 item 14: an ExaBGP with nothing to do hangs (SIGSTOP). The idle probe goes
+    unanswered; within probe interval + ack timeout (+ two sender ticks) the supervisor
+    restarts it and the routes are replayed."""
+    async with running(topology, tmp_path, (router_peer(topology),), ack_timeout=1.0) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 20)
+        assert await rt.driver.wait_converged(10)
+        old = rt.supervisor.pid
+        assert old is not None
+        probes = rt.driver.stats.commands_sent["probe"]
+        os.kill(old, signal.SIGSTOP)
+        stopped = time.monotonic()
+        await wait_until_async(
+            lambda: rt.supervisor.pid not in (None, old), within=30, what="restart"
+        )
+        took = time.monotonic() - stopped
+        assert took <= PROBE_INTERVAL + 1.0 + 2.0, took
+        assert rt.driver.stats.ack_timeouts == 1
+        assert rt.driver.stats.commands_sent["probe"] > probes
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 30)
+        assert rt.driver.answering

@@ -66,13 +66,19 @@ SELECTORS = {n.name: n.selector for n in NEIGHBORS}
 
 
 def core(
-    *, window: int = 4, batch: int = 100, events: list[SpeakerEvent] | None = None
+    *,
+    window: int = 4,
+    batch: int = 100,
+    events: list[SpeakerEvent] | None = None,
+    probe_interval: float | None = None,
 ) -> DriverCore:
+    """A core; without idle probes unless asked, so tests see only route commands."""
     c = DriverCore(
         node=NodeName("n1"),
         window=window,
         batch=batch,
         ack_timeout=10.0,
+        probe_interval=probe_interval,
         emit=(events.append if events is not None else lambda _: None),
     )
     c.configure(NEIGHBORS)
@@ -340,6 +346,32 @@ def test_acks_waiting_at_the_deadline_are_read_before_judging() -> None:
     assert c.stats.ack_timeouts == 0
 
 
+def test_an_idle_exabgp_is_probed_and_a_missing_answer_is_a_hang() -> None:
+    """Issue 15 item 14: with nothing to send, every probe_interval the core sends the
+    API comment ``#`` (answered ``done`` at once, alone); no answer within ack_timeout is
+    a hang like any other, so the supervisor restarts a hung idle ExaBGP."""
+    c = core(probe_interval=5.0)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN}})
+    (route,) = c.next_commands(100.0)
+    assert route.kind is CommandKind.ANNOUNCE
+    assert c.next_commands(100.1) == []  # the route command is in flight
+    c.on_ack(True, 0.0)
+    assert c.next_commands(101.0) == []  # idle, but not for probe_interval yet
+    (probe,) = c.next_commands(105.0)
+    assert (probe.text, probe.kind, probe.sync) == ("#", CommandKind.PROBE, True)
+    c.on_ack(True, 0.0)
+    assert c.acknowledged() == {GR: {net("10.0.0.1/32"): PLAIN}}
+    assert c.converged
+    # The next probe goes unanswered: judged on the ticks after its deadline.
+    assert c.next_commands(110.0) == [probe]
+    tick = 110.0
+    while not c.ack_timed_out(tick):
+        tick += 0.5
+        assert tick <= 110.0 + c.ack_timeout + 1.0
+    assert c.stats.ack_timeouts == 1
+    assert c.stats.commands_sent == {"announce": 1, "probe": 2}
+
+
 def test_unexpected_ack_is_ignored() -> None:
     c = core()
     c.on_ack(True, 0.0)
@@ -442,7 +474,7 @@ class Interleavings(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = core(window=3, batch=2)
+        self.core = core(window=3, batch=2, probe_interval=0.5)
         self.now = 0.0
         self.desired: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         self.mode = DriverMode.NORMAL
