@@ -96,6 +96,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from bgpd import fanout
+from bgpd.annotation_policy import restrict
 from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
 from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
@@ -732,7 +733,8 @@ def _service_part(
         return skipped(Skip(key, SkipReason.NO_IP_ALLOCATED))
     if in_force is None:
         return skipped(Skip(key, SkipReason.INVALID_ANNOTATION, detail=error))
-    wanted = in_force
+    allowed, refused = restrict(ctx.scope.config.speaker.annotation_policy, svc, in_force)
+    wanted = allowed
     if error:
         notices = (
             Notice(
@@ -741,6 +743,8 @@ def _service_part(
                 detail=f"{error}; keeping the attributes of the last valid annotations",
             ),
         )
+    if refused:
+        notices += (Notice(key, NoticeReason.ANNOTATION_NOT_ALLOWED, detail=refused),)
     if ctx.blocked is not None:
         detail = NODE_DATA_PLANE_DETAIL if ctx.blocked is SkipReason.DATA_PLANE_NOT_READY else ""
         return skipped(Skip(key, ctx.blocked, detail=detail))
@@ -800,7 +804,7 @@ def _service_part(
     return _Part(
         skips=tuple(skips),
         contributions=tuple(contributions),
-        notices=notices + _not_sent(key, in_force, contributions),
+        notices=notices + _not_sent(key, allowed, contributions),
         in_force=in_force,
     )
 

@@ -313,6 +313,20 @@ class DataPlaneCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnotationPolicy:
+    """SpeakerConfig annotationPolicy: which Services may set the attribute annotations
+    (kube-bgpd.io/communities, local-pref, med) and which well-known communities they may
+    use. With aggregation or a shared IP one Service's attributes land on a route that
+    carries other Services too, so in a cluster shared by tenants the operator decides."""
+
+    #: Namespaces whose Services may set attribute annotations; None: every namespace.
+    namespaces: frozenset[str] | None = None
+    #: Well-known community names (bgpd.attributes.WELL_KNOWN) annotations may use;
+    #: None: all of them.
+    allowed_well_known_communities: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SpeakerConfig:
     """kube-bgpd.io/v1alpha1 SpeakerConfig: the daemon's own settings. Every field has a
     default so that a file holding only MetalLB kinds is a complete config."""
@@ -334,6 +348,8 @@ class SpeakerConfig:
     listen: bool = False
     #: Announce only where the data plane works (kube-proxy's health answers); None: off.
     data_plane_check: DataPlaneCheck | None = None
+    #: Who may set the per-Service attribute annotations (multi-tenancy); None: anyone.
+    annotation_policy: AnnotationPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,6 +587,9 @@ class NoticeReason(StrEnum):
     #: An aggregate's merged communities would not fit in one BGP UPDATE: the Service's
     #: (or an advertisement's) communities are left out of that route (bgpd.update_size).
     COMMUNITIES_LEFT_OUT = "communitiesLeftOut"
+    #: SpeakerConfig annotationPolicy refuses (part of) the Service's attribute
+    #: annotations: announced without them.
+    ANNOTATION_NOT_ALLOWED = "annotationNotAllowed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,7 +57,7 @@ from bgpd.exabgp.plan import (
     restrict,
 )
 from bgpd.exabgp.render import Neighbor
-from bgpd.logs import log
+from bgpd.logs import LogLimiter, log, log_limited
 from bgpd.model import (
     DesiredRoutes,
     IPNetwork,
@@ -85,6 +85,14 @@ STALL_GAP = 2.0
 #: a hung but idle ExaBGP is then noticed within this plus the ack timeout, instead of
 #: when a router's hold timer drops the node.
 PROBE_INTERVAL = 5.0
+
+#: A session that went down this many times within FLAP_WINDOW seconds is flapping.
+FLAP_DOWNS = 5
+FLAP_WINDOW = 60.0
+#: What a flapping session most likely means, said in its log line: measured with two
+#: speakers using one source address (the router keeps one session per address and
+#: drops the other, again and again).
+FLAP_HINT = "another speaker with the same source address or router-id?"
 
 
 class DriverMode(StrEnum):
@@ -205,6 +213,12 @@ class DriverCore:
         self._overdue_seen = False
         #: When the last command was written (monotonic), for the idle probe.
         self._last_sent: float | None = None
+        #: Per peer, when its session went down lately (FLAP_WINDOW).
+        self._downs: dict[PeerName, collections.deque[float]] = {}
+        #: Session lines per peer: a flapping session must not flood the log.
+        self._log_limiter = LogLimiter()
+        #: One flapping warning per peer and FLAP_WINDOW.
+        self._flap_limiter = LogLimiter(burst=1, period=FLAP_WINDOW)
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -322,10 +336,39 @@ class DriverCore:
         s = self._sessions.setdefault(name, _Session())
         if s.state is state and not reason:
             return
+        was = s.state
         s.state, s.since = state, at
         if reason or state is not SessionState.UP:
             s.reason = reason
-        log(_logger, logging.INFO, f"peer.{state}", peer=name, reason=reason)
+        limiter = self._log_limiter
+        log_limited(
+            limiter,
+            f"peer {name}",
+            at,
+            _logger,
+            logging.INFO,
+            f"peer.{state}",
+            peer=name,
+            reason=reason,
+        )
+        if state is SessionState.DOWN and was is not SessionState.DOWN:
+            downs = self._downs.setdefault(name, collections.deque())
+            downs.append(at)
+            while downs and at - downs[0] > FLAP_WINDOW:
+                downs.popleft()
+            if len(downs) >= FLAP_DOWNS:
+                log_limited(
+                    self._flap_limiter,
+                    f"flapping {name}",
+                    at,
+                    _logger,
+                    logging.WARNING,
+                    "peer.flapping",
+                    peer=name,
+                    downs=len(downs),
+                    seconds=FLAP_WINDOW,
+                    hint=f"session to {name} flapping: {FLAP_HINT}",
+                )
         self.emit(PeerEvent(self.node, name, state, reason, at))
 
     # ------------------------------------------------------------------ inputs: desired

@@ -6,6 +6,7 @@ changes against a simulated ExaBGP."""
 from __future__ import annotations
 
 import ipaddress
+import logging
 from collections.abc import Iterable
 
 import pytest
@@ -370,6 +371,26 @@ def test_an_idle_exabgp_is_probed_and_a_missing_answer_is_a_hang() -> None:
         assert tick <= 110.0 + c.ack_timeout + 1.0
     assert c.stats.ack_timeouts == 1
     assert c.stats.commands_sent == {"announce": 1, "probe": 2}
+
+
+def test_a_flapping_session_is_named_with_its_likely_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 15 item 10: two speakers with one source address flap ~24 times a second.
+    The session lines are rate-limited, and one warning says what is probably wrong."""
+    c = core()
+    with caplog.at_level(logging.INFO, logger="bgpd.exabgp.driver"):
+        for i in range(200):
+            state = SessionState.UP if i % 2 == 0 else SessionState.DOWN
+            c.on_event(state_doc(GR, state), 1000.0 + i * 0.02)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) < 20, lines
+    assert lines.count("peer.flapping") == 1
+    (warning,) = [r for r in caplog.records if r.getMessage() == "peer.flapping"]
+    assert getattr(warning, "kube_bgpd_context", {})["hint"] == (
+        f"session to {GR} flapping: another speaker with the same source address or router-id?"
+    )
+    assert c.peer_status()[GR].state is SessionState.DOWN  # the state is never limited
 
 
 def test_unexpected_ack_is_ignored() -> None:
