@@ -96,6 +96,7 @@ from types import MappingProxyType
 from typing import TypeVar
 
 from bgpd import fanout
+from bgpd.annotation_policy import restrict
 from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
 from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
@@ -128,6 +129,13 @@ from bgpd.model import (
 )
 from bgpd.objects import is_our_load_balancer
 from bgpd.peers import NO_KERNEL_CHOICES, NodePeers, peers_for_node
+from bgpd.update_size import (
+    MAX_MESSAGE,
+    SERVICE_COMMUNITY_BYTES,
+    community_bytes,
+    fits,
+    too_many_communities,
+)
 
 ANNOTATION_COMMUNITIES = "kube-bgpd.io/communities"
 ANNOTATION_LOCAL_PREF = "kube-bgpd.io/local-pref"
@@ -145,7 +153,8 @@ _NO_ATTRIBUTES = RouteAttributes()
 #: What each attribute annotation accepts, said in every error about it.
 ANNOTATION_SYNTAX = {
     ANNOTATION_COMMUNITIES: "a comma list of a:b, large:a:b:c, a well-known name such as "
-    "no-export, or a Community alias",
+    f"no-export, or a Community alias, at most {SERVICE_COMMUNITY_BYTES} bytes of them "
+    "(4 per a:b, 12 per large)",
     ANNOTATION_LOCAL_PREF: "an unsigned 32-bit integer (0-4294967295)",
     ANNOTATION_MED: "an unsigned 32-bit integer (0-4294967295)",
 }
@@ -191,6 +200,8 @@ def service_attributes(
             except ValueError as exc:
                 raise _annotation_error(ANNOTATION_COMMUNITIES, exc) from exc
             (large if kind == "large" else standard).add(canonical)
+        if problem := too_many_communities(standard, large, SERVICE_COMMUNITY_BYTES):
+            raise _annotation_error(ANNOTATION_COMMUNITIES, problem)
     values: dict[str, int | None] = {}
     for name in (ANNOTATION_LOCAL_PREF, ANNOTATION_MED):
         number = service.annotations.get(name)
@@ -467,11 +478,16 @@ def _no_session_detail(node_peers: NodePeers, node: NodeName) -> str:
 
 @dataclass(slots=True)
 class _Merged:
-    """Accumulates every contribution to one (peer, prefix)."""
+    """Accumulates every contribution to one (peer, prefix).
+
+    Communities are kept per source (each advertisement's, each Service's annotation)
+    so that an aggregate whose union would not fit in one BGP UPDATE (bgpd.update_size)
+    can leave sources out rather than reset the session: see build()."""
 
     services: set[ServiceKey] = field(default_factory=set)
-    communities: set[str] = field(default_factory=set)
-    large: set[str] = field(default_factory=set)
+    #: Per advertisement name, and per Service: (communities, large communities).
+    by_advertisement: dict[str, tuple[set[str], set[str]]] = field(default_factory=dict)
+    by_service: dict[ServiceKey, tuple[set[str], set[str]]] = field(default_factory=dict)
     local_pref: int | None = None
     med: int | None = None
     #: Link bandwidth (bgpd.bandwidth) per Service, bytes/s; `bandwidth_missing` when any
@@ -497,29 +513,76 @@ class _Merged:
             value = per_endpoint * endpoints
             self.bandwidth[service] = max(value, self.bandwidth.get(service, 0))
             self.asn = peer.my_asn
-        self.communities.update(adv.communities, wanted.communities)
-        self.large.update(adv.large_communities, wanted.large_communities)
+        if adv.communities or adv.large_communities:
+            std, large = self.by_advertisement.setdefault(adv.name, (set(), set()))
+            std.update(adv.communities)
+            large.update(adv.large_communities)
+        if wanted.communities or wanted.large_communities:
+            std, large = self.by_service.setdefault(service, (set(), set()))
+            std.update(wanted.communities)
+            large.update(wanted.large_communities)
         lp = wanted.local_pref if wanted.local_pref is not None else adv.local_pref
         if lp is not None and peer.is_ibgp:
             self.local_pref = lp if self.local_pref is None else max(self.local_pref, lp)
         if wanted.med is not None:
             self.med = wanted.med if self.med is None else min(self.med, wanted.med)
 
-    def route(self, peer: PeerName, prefix: IPNetwork) -> Route:
-        return Route(
-            peer=peer,
-            prefix=prefix,
-            attributes=RouteAttributes(
-                communities=tuple(sorted(self.communities)),
-                large_communities=tuple(sorted(self.large)),
-                local_pref=self.local_pref,
-                med=self.med,
-                link_bandwidth=None
-                if self.bandwidth_missing or not self.bandwidth
-                else link_bandwidth(self.asn, sum(self.bandwidth.values())),
-            ),
-            services=tuple(sorted(self.services)),
+    def _attributes(self, communities: set[str], large: set[str]) -> RouteAttributes:
+        return RouteAttributes(
+            communities=tuple(sorted(communities)),
+            large_communities=tuple(sorted(large)),
+            local_pref=self.local_pref,
+            med=self.med,
+            link_bandwidth=None
+            if self.bandwidth_missing or not self.bandwidth
+            else link_bandwidth(self.asn, sum(self.bandwidth.values())),
         )
+
+    def build(self, peer: PeerName, prefix: IPNetwork) -> tuple[Route, tuple[Notice, ...]]:
+        """The route, and a notice per Service whose route lost communities.
+
+        The union of every source's communities, when it fits in one UPDATE. Otherwise
+        the sources go in one at a time while the route still fits: the advertisements
+        first (the operator's policy, by name), then the Services from the fewest
+        community bytes to the most (by key on a tie). So the Service asking for most is
+        the one left out, and no Service can push the route of another out of BGP or
+        reset a session; each Service is still announced in the prefix."""
+        sources = [*self.by_advertisement.values(), *self.by_service.values()]
+        everything = self._attributes(
+            {c for s, _ in sources for c in s}, {c for _, lg in sources for c in lg}
+        )
+        services = tuple(sorted(self.services))
+        if fits(everything, prefix.version):
+            return Route(peer, prefix, everything, services), ()
+        std: set[str] = set()
+        large: set[str] = set()
+        #: Advertisement names first, then Service keys, in the order they go in.
+        order: list[tuple[bool, str, tuple[set[str], set[str]]]] = [
+            (False, name, got) for name, got in sorted(self.by_advertisement.items())
+        ]
+        order.extend(
+            (True, key, got)
+            for key, got in sorted(
+                self.by_service.items(), key=lambda kv: (community_bytes(*kv[1]), kv[0])
+            )
+        )
+        notices: list[Notice] = []
+        why = (
+            f"left out of {prefix_text(prefix)} to peer {peer}: with the communities of "
+            f"the route's other sources the BGP UPDATE would exceed {MAX_MESSAGE:,} bytes"
+        )
+        left = NoticeReason.COMMUNITIES_LEFT_OUT
+        for is_service, name, (more, more_large) in order:
+            if fits(self._attributes(std | more, large | more_large), prefix.version):
+                std |= more
+                large |= more_large
+            elif is_service:
+                notices.append(Notice(ServiceKey(name), left, f"its communities are {why}"))
+            else:
+                what = f"BGPAdvertisement {name}'s communities are {why}"
+                notices.extend(Notice(s, left, what) for s in services)
+        route = Route(peer, prefix, self._attributes(std, large), services)
+        return route, tuple(sorted(notices, key=notice_sort_key))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -670,7 +733,8 @@ def _service_part(
         return skipped(Skip(key, SkipReason.NO_IP_ALLOCATED))
     if in_force is None:
         return skipped(Skip(key, SkipReason.INVALID_ANNOTATION, detail=error))
-    wanted = in_force
+    allowed, refused = restrict(ctx.scope.config.speaker.annotation_policy, svc, in_force)
+    wanted = allowed
     if error:
         notices = (
             Notice(
@@ -679,6 +743,8 @@ def _service_part(
                 detail=f"{error}; keeping the attributes of the last valid annotations",
             ),
         )
+    if refused:
+        notices += (Notice(key, NoticeReason.ANNOTATION_NOT_ALLOWED, detail=refused),)
     if ctx.blocked is not None:
         detail = NODE_DATA_PLANE_DETAIL if ctx.blocked is SkipReason.DATA_PLANE_NOT_READY else ""
         return skipped(Skip(key, ctx.blocked, detail=detail))
@@ -738,7 +804,7 @@ def _service_part(
     return _Part(
         skips=tuple(skips),
         contributions=tuple(contributions),
-        notices=notices + _not_sent(key, in_force, contributions),
+        notices=notices + _not_sent(key, allowed, contributions),
         in_force=in_force,
     )
 
@@ -854,9 +920,12 @@ def decide(
             if entry is None:
                 entry = merged[(peer_name, prefix)] = _Merged()
             entry.add(svc.key, adv, peer, wanted, endpoints)
-    routes = sorted(
-        (m.route(peer, prefix) for (peer, prefix), m in merged.items()), key=route_sort_key
-    )
+    routes: list[Route] = []
+    for (peer_name, prefix), m in merged.items():
+        route, left_out = m.build(peer_name, prefix)
+        routes.append(route)
+        notices.extend(left_out)
+    routes.sort(key=route_sort_key)
     return Decision(
         node=node,
         routes=tuple(routes),
@@ -970,6 +1039,8 @@ class Decider:
         self._notice_order: list[tuple[str, str, str]] = []
         self._notice_list: list[Notice] = []
         self._sorted_notices: tuple[Notice, ...] = ()
+        #: Notices of merged routes (communities left out), per route.
+        self._route_notices: dict[RouteKey, tuple[Notice, ...]] = {}
         #: Set by _add/_remove/_rebuild during one decide().
         self._routes_moved = False
         self._skips_moved = False
@@ -1129,6 +1200,7 @@ class Decider:
             old = self._routes.get(target)
             if not group:
                 self._groups.pop(target, None)
+                self._set_route_notices(target, ())
                 if old is not None:
                     del self._routes[target]
                     at = bisect.bisect_left(self._route_order, target)
@@ -1146,7 +1218,8 @@ class Decider:
                 for _, _, adv, peer, wanted, endpoints in contributions:
                     merged.add(service, adv, peer, wanted, endpoints)
             peer_name, prefix, *_ = next(iter(group.values()))[0]
-            route = merged.route(peer_name, prefix)
+            route, left_out = merged.build(peer_name, prefix)
+            self._set_route_notices(target, left_out)
             at = bisect.bisect_left(self._route_order, target)
             if old is None:
                 self._route_order.insert(at, target)
@@ -1160,6 +1233,21 @@ class Decider:
             self._routes[target] = route
             self._by_peer.setdefault(peer_name, {})[prefix] = route.attributes
             self._changed(route)
+
+    def _set_route_notices(self, target: RouteKey, notices: tuple[Notice, ...]) -> None:
+        """Replace the notices route `target`'s merge gave last time with `notices`."""
+        old = self._route_notices.pop(target, ())
+        if old == notices:
+            if notices:
+                self._route_notices[target] = notices
+            return
+        for notice in old:
+            _delete(self._notice_order, self._notice_list, notice_sort_key(notice))
+        for notice in notices:
+            _insort(self._notice_order, self._notice_list, notice_sort_key(notice), notice)
+        if notices:
+            self._route_notices[target] = notices
+        self._skips_moved = True
 
     def _changed(self, route: Route) -> None:
         self._routes_moved = True

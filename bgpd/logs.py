@@ -65,3 +65,49 @@ def log(logger: logging.Logger, level: int, event: str, **context: Any) -> None:
     """Log a stable event name with key/value context."""
     if logger.isEnabledFor(level):
         logger.log(level, event, extra={_CONTEXT: context}, stacklevel=2)
+
+
+class LogLimiter:
+    """At most ``burst`` lines per key in any ``period`` seconds; the rest are counted,
+    and the next line let through says how many were held back ("N similar lines
+    suppressed"). A flapping session logs ~100 lines a second otherwise, burying the
+    one line that says what is wrong.
+
+    Pure state: the caller passes the clock, so tests need no sleeping."""
+
+    def __init__(self, *, burst: int = 5, period: float = 10.0) -> None:
+        self.burst = burst
+        self.period = period
+        #: key -> (window start, lines let through in it, lines suppressed since the last)
+        self._windows: dict[str, tuple[float, int, int]] = {}
+
+    def check(self, key: str, now: float) -> tuple[bool, int]:
+        """(log this line?, similar lines suppressed before it, to report with it)."""
+        start, passed, held = self._windows.get(key, (now, 0, 0))
+        if now - start >= self.period:
+            start, passed = now, 0
+        if passed < self.burst:
+            self._windows[key] = (start, passed + 1, 0)
+            return True, held
+        self._windows[key] = (start, passed, held + 1)
+        return False, 0
+
+
+def log_limited(
+    limiter: LogLimiter,
+    key: str,
+    now: float,
+    logger: logging.Logger,
+    level: int,
+    event: str,
+    **context: Any,
+) -> None:
+    """log() through `limiter`: lines beyond its rate for `key` are counted, and the next
+    line logged carries `suppressed=N`."""
+    ok, held = limiter.check(key, now)
+    if not ok:
+        return
+    if held:
+        context["suppressed"] = f"{held} similar lines suppressed"
+    if logger.isEnabledFor(level):
+        logger.log(level, event, extra={_CONTEXT: context}, stacklevel=2)

@@ -319,6 +319,20 @@ class DataPlaneCheck:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnotationPolicy:
+    """SpeakerConfig annotationPolicy: which Services may set the attribute annotations
+    (kube-bgpd.io/communities, local-pref, med) and which well-known communities they may
+    use. With aggregation or a shared IP one Service's attributes land on a route that
+    carries other Services too, so in a cluster shared by tenants the operator decides."""
+
+    #: Namespaces whose Services may set attribute annotations; None: every namespace.
+    namespaces: frozenset[str] | None = None
+    #: Well-known community names (bgpd.attributes.WELL_KNOWN) annotations may use;
+    #: None: all of them.
+    allowed_well_known_communities: frozenset[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SpeakerConfig:
     """kube-bgpd.io/v1alpha1 SpeakerConfig: the daemon's own settings. Every field has a
     default so that a file holding only MetalLB kinds is a complete config."""
@@ -343,6 +357,8 @@ class SpeakerConfig:
     #: A reload that leaves no BGPPeer or no IPAddressPool is meant (bgpd.config.emptying);
     #: without it such a reload is refused and the running config kept.
     allow_empty_config: bool = False
+    #: Who may set the per-Service attribute annotations (multi-tenancy); None: anyone.
+    annotation_policy: AnnotationPolicy | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +593,12 @@ class NoticeReason(StrEnum):
     #: An attribute the Service asks for cannot go to some of its peers (LOCAL_PREF to
     #: eBGP peers, RFC 4271 5.1.5).
     ATTRIBUTE_NOT_SENT = "attributeNotSent"
+    #: An aggregate's merged communities would not fit in one BGP UPDATE: the Service's
+    #: (or an advertisement's) communities are left out of that route (bgpd.update_size).
+    COMMUNITIES_LEFT_OUT = "communitiesLeftOut"
+    #: SpeakerConfig annotationPolicy refuses (part of) the Service's attribute
+    #: annotations: announced without them.
+    ANNOTATION_NOT_ALLOWED = "annotationNotAllowed"
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from bgpd.model import (
     SelectorOperator,
     SpeakerConfig,
 )
+from bgpd.update_size import ADVERTISEMENT_COMMUNITY_BYTES, too_many_communities
 
 
 def _may_overlap(a: tuple[LabelSelector, ...], b: tuple[LabelSelector, ...]) -> bool:
@@ -157,6 +158,8 @@ def _resolve_advertisement(
                 doc.error(f"spec.communities[{i}]", str(exc))
             continue
         (large if kind == "large" else standard).add(canonical)
+    if problem := too_many_communities(standard, large, ADVERTISEMENT_COMMUNITY_BYTES):
+        doc.error("spec.communities", problem)
     adv = draft.advertisement
     # replace(): every other field of the advertisement travels unchanged.
     return replace(

@@ -7,6 +7,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Final
 
+from bgpd.attributes import WELL_KNOWN
 from bgpd.config.fields import (
     KUBE_BGPD_V1ALPHA1,
     NO_CONTROL,
@@ -25,9 +26,11 @@ from bgpd.config.values import (
     read_int,
     read_secret,
     read_text,
+    read_text_list,
     show,
 )
 from bgpd.model import (
+    AnnotationPolicy,
     DataPlaneCheck,
     LogFormat,
     MQTTConfig,
@@ -85,6 +88,24 @@ DATA_PLANE_CHECK_FIELDS: Final = (
 #: controller when it reads the configuration from the cluster).
 ACCEPTED_CONDITION: Final = "Accepted"
 
+ANNOTATION_POLICY_FIELDS: Final = (
+    Field(
+        "namespaces",
+        type="array",
+        items=Field(ref="text"),
+        unique_items=True,
+        description="Namespaces whose Services may set the attribute annotations "
+        "(kube-bgpd.io/communities, local-pref, med); absent: every namespace.",
+    ),
+    Field(
+        "allowedWellKnownCommunities",
+        type="array",
+        items=Field(enum=tuple(sorted(WELL_KNOWN))),
+        unique_items=True,
+        description="Well-known communities those annotations may use; absent: all.",
+    ),
+)
+
 SPEAKER: Final = KindTable(
     kind="SpeakerConfig",
     api_version=KUBE_BGPD_V1ALPHA1,
@@ -133,6 +154,14 @@ SPEAKER: Final = KindTable(
             default=False,
             description="A reload (SIGHUP) to a config with no BGPPeer or no IPAddressPool "
             "is refused (the running config is kept) unless this is true.",
+        ),
+        Field(
+            "annotationPolicy",
+            type="object",
+            nullable=True,
+            fields=ANNOTATION_POLICY_FIELDS,
+            description="Which Services may set attribute annotations and which well-known "
+            "communities they may use (absent: all); see docs/configuration.md.",
         ),
     ),
     plural="speakerconfigs",
@@ -230,6 +259,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     allow_empty = d.allow_empty_config
     if f.get("allowEmptyConfig") is not None:
         allow_empty = read_bool(doc, "spec.allowEmptyConfig", f["allowEmptyConfig"]) is True
+    policy = None
+    if f.get("annotationPolicy") is not None:
+        policy = _annotation_policy(doc, "spec.annotationPolicy", f["annotationPolicy"])
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -246,7 +278,30 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         listen=listen,
         data_plane_check=data_plane,
         allow_empty_config=allow_empty,
+        annotation_policy=policy,
     )
+
+
+def _annotation_policy(doc: Doc, path: str, value: object) -> AnnotationPolicy | None:
+    f = read_fields(doc, path, value, names(ANNOTATION_POLICY_FIELDS))
+    if f is None:
+        return None
+    before = doc.errors
+    namespaces = None
+    if f.get("namespaces") is not None:
+        got = read_text_list(doc, join_path(path, "namespaces"), f["namespaces"])
+        namespaces = frozenset(got) if got is not None else None
+    allowed = None
+    if f.get("allowedWellKnownCommunities") is not None:
+        at = join_path(path, "allowedWellKnownCommunities")
+        got = read_text_list(doc, at, f["allowedWellKnownCommunities"])
+        for name in got or ():
+            if name not in WELL_KNOWN:
+                doc.error(at, f"{name!r} is not one of {', '.join(sorted(WELL_KNOWN))}")
+        allowed = frozenset(got) if got is not None else None
+    if doc.errors != before:
+        return None
+    return AnnotationPolicy(namespaces=namespaces, allowed_well_known_communities=allowed)
 
 
 def _data_plane_check(doc: Doc, path: str, value: object) -> DataPlaneCheck | None:

@@ -53,10 +53,11 @@ from bgpd.exabgp.plan import (
     drained,
     eor_command,
     plan,
+    probe_command,
     restrict,
 )
 from bgpd.exabgp.render import Neighbor
-from bgpd.logs import log
+from bgpd.logs import LogLimiter, log, log_limited
 from bgpd.model import (
     DesiredRoutes,
     IPNetwork,
@@ -75,6 +76,23 @@ from bgpd.model import (
 _logger = logging.getLogger("bgpd.exabgp.driver")
 
 Routes = dict[PeerName, dict[IPNetwork, RouteAttributes]]
+
+#: More time than this between two ack_timed_out() checks (the driver's sender checks
+#: every 0.5 s) means the speaker itself did not run: see ack_timed_out().
+STALL_GAP = 2.0
+
+#: An ExaBGP with nothing in flight for this long gets a probe (plan.probe_command()):
+#: a hung but idle ExaBGP is then noticed within this plus the ack timeout, instead of
+#: when a router's hold timer drops the node.
+PROBE_INTERVAL = 5.0
+
+#: A session that went down this many times within FLAP_WINDOW seconds is flapping.
+FLAP_DOWNS = 5
+FLAP_WINDOW = 60.0
+#: What a flapping session most likely means, said in its log line: measured with two
+#: speakers using one source address (the router keeps one session per address and
+#: drops the other, again and again).
+FLAP_HINT = "another speaker with the same source address or router-id?"
 
 
 class DriverMode(StrEnum):
@@ -150,12 +168,16 @@ class DriverCore:
         window: int = 4,
         batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
+        stall_gap: float = STALL_GAP,
+        probe_interval: float | None = PROBE_INTERVAL,
         emit: Callable[[SpeakerEvent], None] = _ignore,
     ) -> None:
         self.node = node
         self.window = window
         self.batch = batch
         self.ack_timeout = ack_timeout
+        self.stall_gap = stall_gap
+        self.probe_interval = probe_interval
         self.emit = emit
         self.stats = DriverStats()
         self.mode = DriverMode.NORMAL
@@ -185,6 +207,18 @@ class DriverCore:
         #: to know whether a peer's set is all of its session's family).
         self._version_counts: dict[PeerName, dict[int, int]] = {}
         self._dead_reported = False
+        #: When ack_timed_out() was last asked (the transport asks on every tick).
+        self._last_check: float | None = None
+        #: The last check found an answer overdue; the next one confirms it.
+        self._overdue_seen = False
+        #: When the last command was written (monotonic), for the idle probe.
+        self._last_sent: float | None = None
+        #: Per peer, when its session went down lately (FLAP_WINDOW).
+        self._downs: dict[PeerName, collections.deque[float]] = {}
+        #: Session lines per peer: a flapping session must not flood the log.
+        self._log_limiter = LogLimiter()
+        #: One flapping warning per peer and FLAP_WINDOW.
+        self._flap_limiter = LogLimiter(burst=1, period=FLAP_WINDOW)
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -204,6 +238,7 @@ class DriverCore:
         self._in_flight.clear()
         self._eor_due.clear()
         self._dead_reported = False
+        self._overdue_seen = False
         for name, s in self._sessions.items():
             if s.state is not SessionState.DOWN:
                 self._set_state(name, SessionState.DOWN, "exabgp restarted", at)
@@ -229,7 +264,10 @@ class DriverCore:
         if not self._in_flight:
             log(_logger, logging.WARNING, "driver.unexpected_ack", done=done)
             return
+        self._overdue_seen = False  # an answer: ExaBGP is alive
         cmd = self._in_flight.popleft().command
+        if cmd.kind is CommandKind.PROBE:
+            return
         if done:
             if cmd.kind is CommandKind.EOR and cmd.peer is not None:
                 self._eor_due.discard(cmd.peer)
@@ -298,10 +336,39 @@ class DriverCore:
         s = self._sessions.setdefault(name, _Session())
         if s.state is state and not reason:
             return
+        was = s.state
         s.state, s.since = state, at
         if reason or state is not SessionState.UP:
             s.reason = reason
-        log(_logger, logging.INFO, f"peer.{state}", peer=name, reason=reason)
+        limiter = self._log_limiter
+        log_limited(
+            limiter,
+            f"peer {name}",
+            at,
+            _logger,
+            logging.INFO,
+            f"peer.{state}",
+            peer=name,
+            reason=reason,
+        )
+        if state is SessionState.DOWN and was is not SessionState.DOWN:
+            downs = self._downs.setdefault(name, collections.deque())
+            downs.append(at)
+            while downs and at - downs[0] > FLAP_WINDOW:
+                downs.popleft()
+            if len(downs) >= FLAP_DOWNS:
+                log_limited(
+                    self._flap_limiter,
+                    f"flapping {name}",
+                    at,
+                    _logger,
+                    logging.WARNING,
+                    "peer.flapping",
+                    peer=name,
+                    downs=len(downs),
+                    seconds=FLAP_WINDOW,
+                    hint=f"session to {name} flapping: {FLAP_HINT}",
+                )
         self.emit(PeerEvent(self.node, name, state, reason, at))
 
     # ------------------------------------------------------------------ inputs: desired
@@ -412,8 +479,32 @@ class DriverCore:
     def ack_timed_out(self, now: float) -> bool:
         """True once (until the next reset) when the oldest command in flight waited more
         than ``ack_timeout``: ExaBGP is hung, and the caller has it killed (the restart
-        replays everything)."""
+        replays everything). The transport asks on every tick of its sender.
+
+        Answers that are already waiting to be read are not a hang: after the speaker
+        itself stalled (SIGSTOP, a long GC pause, an overloaded node), the first tick
+        comes before its reader has read the acks ExaBGP wrote meanwhile. Two rules keep
+        a healthy ExaBGP alive then (a kill flaps every route):
+
+        * time the caller was not looking (more than ``stall_gap`` between two checks)
+          is not ExaBGP's: the commands in flight get it back;
+        * an answer found overdue is judged at the next check, not this one, so the
+          reader gets at least one turn to deliver what is pending (any answer clears
+          the suspicion)."""
+        last, self._last_check = self._last_check, now
+        if last is not None and now - last > self.stall_gap:
+            gap = now - last
+            for item in self._in_flight:
+                item.sent_at += gap
+            self._overdue_seen = False
+            if self._in_flight:
+                log(_logger, logging.WARNING, "driver.stalled", seconds=round(gap, 3))
+            return False
         if not self._overdue(now) or self._dead_reported:
+            self._overdue_seen = False
+            return False
+        if not self._overdue_seen:
+            self._overdue_seen = True
             return False
         self._dead_reported = True
         self.stats.ack_timeouts += 1
@@ -425,6 +516,11 @@ class DriverCore:
             seconds=self.ack_timeout,
         )
         return True
+
+    def answer_overdue(self, now: float) -> bool:
+        """ExaBGP owes an answer older than ``ack_timeout`` (a route command or the idle
+        probe): it is hung, whether or not the restart was asked for yet."""
+        return self._overdue(now)
 
     def _overdue(self, now: float) -> bool:
         return bool(self._in_flight) and now - self._in_flight[0].sent_at > self.ack_timeout
@@ -485,9 +581,17 @@ class DriverCore:
                     for peer, prefixes in self._retry.items()
                     for p in prefixes
                 )
+            if self.probe_interval is not None and (
+                self._last_sent is None or now - self._last_sent >= self.probe_interval
+            ):
+                # Idle: ask ExaBGP for an answer; none within ack_timeout is a hang.
+                probe = probe_command()
+                self._record_sent(probe, now)
+                out.append(probe)
         return out
 
     def _record_sent(self, cmd: Command, now: float) -> None:
+        self._last_sent = now
         self.stats.commands_sent[cmd.kind.value] += 1
         self._in_flight.append(_InFlight(cmd, now))
         if cmd.peer is not None:

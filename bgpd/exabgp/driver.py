@@ -228,6 +228,12 @@ class ExaBGPDriver:
     def connected(self) -> bool:
         return self._writer is not None
 
+    @property
+    def answering(self) -> bool:
+        """False while ExaBGP owes an answer past the ack timeout (hung; the supervisor
+        is told and restarts it): what /healthz reports."""
+        return not self.core.answer_overdue(time.monotonic())
+
     def subscribe(self, maxsize: int = 10000) -> asyncio.Queue[SpeakerEvent]:
         q: asyncio.Queue[SpeakerEvent] = asyncio.Queue(maxsize)
         self._subscribers.append(q)

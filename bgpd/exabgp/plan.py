@@ -38,6 +38,8 @@ class CommandKind(StrEnum):
     WITHDRAW = "withdraw"
     EOR = "eor"
     CLEAR = "clear"
+    #: A liveness probe of an idle ExaBGP (probe_command()).
+    PROBE = "probe"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,13 @@ def eor_command(peer: PeerName, selector: str, family: str) -> Command:
     return Command(
         text=f"{selector} announce eor {family}", kind=CommandKind.EOR, peer=peer, sync=True
     )
+
+
+def probe_command() -> Command:
+    """A command ExaBGP 5.0 answers ``done`` at once and otherwise ignores: its API
+    comment (``#``, reactor/api/command/reactor.py), so an idle ExaBGP whose reactor hung
+    is noticed by the missing answer, as a busy one is by its route commands."""
+    return Command(text="#", kind=CommandKind.PROBE, peer=None, sync=True)
 
 
 def delta(

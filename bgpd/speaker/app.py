@@ -639,7 +639,10 @@ class Speaker:
         sup = self.runtime.supervisor
         return health(
             HealthInputs(
-                rendered=self.rendered.is_set(), running=sup.pid is not None, stopping=sup.stopping
+                rendered=self.rendered.is_set(),
+                running=sup.pid is not None,
+                stopping=sup.stopping,
+                answering=self.driver.answering,
             )
         )
 

@@ -18,6 +18,8 @@ class HealthInputs:
     running: bool
     #: The supervisor is stopping it on purpose.
     stopping: bool
+    #: ExaBGP answers its API within the ack timeout (route commands, the idle probe).
+    answering: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,8 @@ class ReadinessInputs:
 def health(s: HealthInputs) -> tuple[bool, str]:
     if s.rendered and not s.running and not s.stopping:
         return False, "exabgp is not running"
+    if s.running and not s.answering:
+        return False, "exabgp does not answer its API (hung): restarting it"
     return True, "ok"
 
 

@@ -161,6 +161,17 @@ class ApiClient:
             elif status >= 400:
                 raise ApiError(f"POST {collection}: {status} {(doc or {}).get('message', '')}")
 
+    def annotate(
+        self, kind: str, name: str, namespace: str | None, annotations: dict[str, str | None]
+    ) -> None:
+        """Merge-patch these annotations onto an object (None removes one)."""
+        self._ok(
+            "PATCH",
+            f"{self._collection(kind, namespace)}/{name}",
+            {"metadata": {"annotations": annotations}},
+            content_type="application/merge-patch+json",
+        )
+
     def delete(self, kind: str, name: str, namespace: str | None = None) -> None:
         status, doc = self.request("DELETE", f"{self._collection(kind, namespace)}/{name}")
         if status >= 400 and status != 404:

@@ -275,6 +275,12 @@ class Router(ABC):
         UPDATE messages, BIRD counts route updates plus withdrawals.
         """
 
+    def sessions(self) -> dict[IPAddress, str]:
+        """Per Established neighbour, a token that changes whenever its session is
+        established again (FRR: connections established; BIRD: the protocol and the time
+        it came up): equal before and after means no session was reset in between."""
+        raise RouterError(f"{self.kind}: sessions() is not implemented")
+
     def restarting_peers(self) -> set[IPAddress]:
         """Neighbours whose routes the router still holds for graceful restart (RFC 4724):
         the session went down and the restart time runs, or it is back but End-of-RIB
@@ -573,6 +579,18 @@ class FRRRouter(Router):
     def restarting_peers(self) -> set[IPAddress]:
         return parse_frr_restarting(self.vtysh_json("show bgp neighbors json"))
 
+    def sessions(self) -> dict[IPAddress, str]:
+        data = self.vtysh_json("show bgp neighbors json")
+        out: dict[IPAddress, str] = {}
+        for addr, info in data.items():
+            try:
+                ip = ipaddress.ip_address(addr)
+            except ValueError:
+                continue
+            if info.get("bgpState") == "Established":
+                out[ip] = str(info.get("connectionsEstablished", "?"))
+        return out
+
 
 def parse_frr_restarting(data: Mapping[str, Any]) -> set[IPAddress]:
     """From ``show bgp neighbors json`` (FRR 8.4): a neighbour is restarting while its
@@ -736,6 +754,9 @@ class BirdRouter(Router):
     def restarting_peers(self) -> set[IPAddress]:
         return parse_bird_restarting(self.birdc("show protocols all"))
 
+    def sessions(self) -> dict[IPAddress, str]:
+        return parse_bird_sessions(self.birdc("show protocols all"))
+
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
 _BIRD_PATH_CONT = re.compile(r"^\s+unicast\s")
@@ -798,6 +819,25 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
             state = None
         elif line and not line[0].isspace():
             state = None
+    return out
+
+
+def parse_bird_sessions(text: str) -> dict[IPAddress, str]:
+    """Established neighbour -> "<protocol> <since>" from ``birdc show protocols all``:
+    a dynamic neighbour gets a new protocol on every new session, and the since column
+    changes when a static one comes up again."""
+    out: dict[IPAddress, str] = {}
+    header = ""
+    state: str | None = None
+    for line in text.splitlines():
+        s = line.strip()
+        if line and not line[0].isspace():
+            header = " ".join(line.split())
+            state = None
+        elif s.startswith("BGP state:"):
+            state = s.split(":", 1)[1].strip()
+        elif s.startswith("Neighbor address:") and state == "Established":
+            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = header
     return out
 
 

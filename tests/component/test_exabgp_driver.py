@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -21,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from bgpd.exabgp.plan import delta
+from bgpd.exabgp.core import PROBE_INTERVAL
+from bgpd.exabgp.plan import Command, delta
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.model import (
@@ -536,3 +538,89 @@ async def test_frr_kernel_fib_next_hops(
         await in_thread(frr_router.wait_fib, prefix, both, 30)
         rt1.driver.apply({})
         await in_thread(frr_router.wait_fib, prefix, {topology.node_address(2)}, 30)
+
+
+def stall_this_process(seconds: float) -> None:
+    """SIGSTOP this very process (the speaker's event loop, the driver with it) for
+    ``seconds``: a child sends the SIGCONT. ExaBGP, a process of its own, runs on."""
+    waker = subprocess.Popen(["sh", "-c", f"sleep {seconds}; kill -CONT {os.getpid()}"])
+    os.kill(os.getpid(), signal.SIGSTOP)
+    waker.wait(timeout=30)
+
+
+async def test_speaker_stall_with_commands_in_flight_keeps_exabgp(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    """Issue 15 item 8: the speaker stops (SIGSTOP) for longer than the ack timeout with
+    commands in flight; ExaBGP answers them meanwhile. After SIGCONT the driver reads
+    those answers before it judges: the same ExaBGP keeps running, no session flaps at
+    the router, every route arrives. Stalls past the stall gap (credited) and between
+    the ack timeout and the gap (judged at the next tick) alternate over five cycles."""
+    async with running(topology, tmp_path, (router_peer(topology),), ack_timeout=1.0) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 20)
+        pid = rt.supervisor.pid
+        sessions = await in_thread(bird_router.sessions)
+        assert len(sessions) == 1
+        core = rt.driver.core
+        send = core.next_commands
+        stalls: list[float] = []
+        desired: DesiredRoutes = {}
+        in_flight_at_stall: list[int] = []
+
+        def stall_after_sending() -> None:
+            in_flight_at_stall.append(core.in_flight)
+            stall_this_process(stalls.pop())
+            # Right after SIGCONT the reconciler applies again (events arrived in the
+            # stall), so the sender runs before the reader has read ExaBGP's answers:
+            # the order that killed a healthy ExaBGP.
+            rt.driver.apply(desired)
+
+        def sending(now: float) -> list[Command]:
+            # The sender writes what this returns right after; the stall comes in the
+            # loop's next turn, with those commands in flight.
+            commands = send(now)
+            if commands and stalls:
+                asyncio.get_running_loop().call_soon(stall_after_sending)
+            return commands
+
+        core.next_commands = sending  # type: ignore[method-assign]
+        for cycle, stall in enumerate([3.0, 1.6, 3.0, 1.6, 3.0], start=2):
+            prefixes = [f"10.99.100.{i}/32" for i in range(1, cycle * 20)]
+            stalls.append(stall)
+            desired = routes("tor", prefixes)
+            rt.driver.apply(desired)
+            count = len(prefixes)
+            await in_thread(bird_router.wait_rib, lambda r, n=count: len(r) == n, 20)
+            assert await rt.driver.wait_converged(10)
+            assert not stalls
+            assert rt.driver.stats.ack_timeouts == 0
+            assert rt.supervisor.pid == pid
+            assert await in_thread(bird_router.sessions) == sessions
+        assert all(in_flight_at_stall), in_flight_at_stall
+
+
+async def test_hung_idle_exabgp_is_restarted_within_the_probe_bound(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    """Issue 15 item 14: an ExaBGP with nothing to do hangs (SIGSTOP). The idle probe goes
+    unanswered; within probe interval + ack timeout (+ two sender ticks) the supervisor
+    restarts it and the routes are replayed."""
+    async with running(topology, tmp_path, (router_peer(topology),), ack_timeout=1.0) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 20)
+        assert await rt.driver.wait_converged(10)
+        old = rt.supervisor.pid
+        assert old is not None
+        probes = rt.driver.stats.commands_sent["probe"]
+        os.kill(old, signal.SIGSTOP)
+        stopped = time.monotonic()
+        await wait_until_async(
+            lambda: rt.supervisor.pid not in (None, old), within=30, what="restart"
+        )
+        took = time.monotonic() - stopped
+        assert took <= PROBE_INTERVAL + 1.0 + 2.0, took
+        assert rt.driver.stats.ack_timeouts == 1
+        assert rt.driver.stats.commands_sent["probe"] > probes
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 30)
+        assert rt.driver.answering

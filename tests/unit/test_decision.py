@@ -655,7 +655,8 @@ def test_decide(cfg: Config, snapshot: ClusterSnapshot, routes: Routes, skips: S
             ),
             "kube-bgpd.io/communities: '65000:70000': second half 70000 is out of range "
             "(0-65535); accepted: a comma list of a:b, large:a:b:c, a well-known name such as "
-            "no-export, or a Community alias",
+            "no-export, or a Community alias, at most 2048 bytes of them (4 per a:b, 12 per "
+            "large)",
             id="annotation-error-names-annotation-and-syntax",
         ),
         pytest.param(

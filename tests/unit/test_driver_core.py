@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 from collections.abc import Iterable
 
 import pytest
@@ -68,13 +69,19 @@ SELECTORS = {n.name: n.selector for n in NEIGHBORS}
 
 
 def core(
-    *, window: int = 4, batch: int = 100, events: list[SpeakerEvent] | None = None
+    *,
+    window: int = 4,
+    batch: int = 100,
+    events: list[SpeakerEvent] | None = None,
+    probe_interval: float | None = None,
 ) -> DriverCore:
+    """A core; without idle probes unless asked, so tests see only route commands."""
     c = DriverCore(
         node=NodeName("n1"),
         window=window,
         batch=batch,
         ack_timeout=10.0,
+        probe_interval=probe_interval,
         emit=(events.append if events is not None else lambda _: None),
     )
     c.configure(NEIGHBORS)
@@ -301,8 +308,9 @@ def test_ack_timeout_is_reported_once_and_stops_sending() -> None:
     c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
     c.next_commands(100.0)
     assert not c.ack_timed_out(110.0)
-    assert c.ack_timed_out(110.5)
-    assert not c.ack_timed_out(111.0)
+    assert not c.ack_timed_out(110.5)  # overdue: judged at the next check
+    assert c.ack_timed_out(111.0)
+    assert not c.ack_timed_out(111.5)
     assert c.stats.ack_timeouts == 1
     c.on_ack(True, 0.0)
     c.next_commands(111.0)
@@ -312,6 +320,79 @@ def test_ack_timeout_is_reported_once_and_stops_sending() -> None:
     assert len(answer_all(c, now=130.0)) == 2
     c.next_commands(200.0)
     assert not c.ack_timed_out(300.0)  # nothing in flight
+
+
+def test_acks_waiting_at_the_deadline_are_read_before_judging() -> None:
+    """Issue 15 item 8: the speaker stalled (SIGSTOP 11 s) while ExaBGP answered; after
+    SIGCONT the sender's tick may come before the reader's. That tick never kills: the
+    time the speaker was not running is not charged to ExaBGP, and an overdue answer is
+    only judged at the next tick, after the reader had its turn."""
+    c = core(window=2, batch=1)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
+    assert len(c.next_commands(100.0)) == 2
+    assert not c.ack_timed_out(100.5)
+    assert not c.ack_timed_out(111.5)  # the first tick after an 11 s stall
+    c.on_ack(True, 0.0)
+    c.on_ack(True, 0.0)
+    assert not c.ack_timed_out(112.0)
+    assert c.stats.ack_timeouts == 0
+    # Overdue without a stall (ticks every 0.5 s): an answer between the two ticks
+    # clears the suspicion; none does not.
+    c.apply({GR: {net("10.0.0.3/32"): PLAIN}})
+    c.next_commands(112.0)
+    tick = 112.0
+    while tick <= 112.0 + c.ack_timeout:  # up to the first tick past the deadline
+        tick += 0.5
+        assert not c.ack_timed_out(tick)
+    c.on_ack(True, 0.0)
+    assert not c.ack_timed_out(tick + 0.5)
+    assert c.stats.ack_timeouts == 0
+
+
+def test_an_idle_exabgp_is_probed_and_a_missing_answer_is_a_hang() -> None:
+    """Issue 15 item 14: with nothing to send, every probe_interval the core sends the
+    API comment ``#`` (answered ``done`` at once, alone); no answer within ack_timeout is
+    a hang like any other, so the supervisor restarts a hung idle ExaBGP."""
+    c = core(probe_interval=5.0)
+    c.apply({GR: {net("10.0.0.1/32"): PLAIN}})
+    (route,) = c.next_commands(100.0)
+    assert route.kind is CommandKind.ANNOUNCE
+    assert c.next_commands(100.1) == []  # the route command is in flight
+    c.on_ack(True, 0.0)
+    assert c.next_commands(101.0) == []  # idle, but not for probe_interval yet
+    (probe,) = c.next_commands(105.0)
+    assert (probe.text, probe.kind, probe.sync) == ("#", CommandKind.PROBE, True)
+    c.on_ack(True, 0.0)
+    assert c.acknowledged() == {GR: {net("10.0.0.1/32"): PLAIN}}
+    assert c.converged
+    # The next probe goes unanswered: judged on the ticks after its deadline.
+    assert c.next_commands(110.0) == [probe]
+    tick = 110.0
+    while not c.ack_timed_out(tick):
+        tick += 0.5
+        assert tick <= 110.0 + c.ack_timeout + 1.0
+    assert c.stats.ack_timeouts == 1
+    assert c.stats.commands_sent == {"announce": 1, "probe": 2}
+
+
+def test_a_flapping_session_is_named_with_its_likely_cause(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 15 item 10: two speakers with one source address flap ~24 times a second.
+    The session lines are rate-limited, and one warning says what is probably wrong."""
+    c = core()
+    with caplog.at_level(logging.INFO, logger="bgpd.exabgp.driver"):
+        for i in range(200):
+            state = SessionState.UP if i % 2 == 0 else SessionState.DOWN
+            c.on_event(state_doc(GR, state), 1000.0 + i * 0.02)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) < 20, lines
+    assert lines.count("peer.flapping") == 1
+    (warning,) = [r for r in caplog.records if r.getMessage() == "peer.flapping"]
+    assert getattr(warning, "kube_bgpd_context", {})["hint"] == (
+        f"session to {GR} flapping: another speaker with the same source address or router-id?"
+    )
+    assert c.peer_status()[GR].state is SessionState.DOWN  # the state is never limited
 
 
 def test_unexpected_ack_is_ignored() -> None:
@@ -416,7 +497,7 @@ class Interleavings(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = core(window=3, batch=2)
+        self.core = core(window=3, batch=2, probe_interval=0.5)
         self.now = 0.0
         self.desired: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         self.mode = DriverMode.NORMAL
@@ -512,12 +593,30 @@ class Interleavings(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.outstanding))
     @rule()
     def ack_timeout(self) -> None:
-        """ExaBGP hangs: the oldest answer is overdue, the supervisor kills it."""
-        self.now += self.core.ack_timeout + 1
+        """ExaBGP hangs: the sender ticks every 0.5 s; within one tick of the oldest
+        answer being overdue the core says so (once) and the supervisor kills it."""
+        self.core.ack_timed_out(self.now)
+        start = self.now
+        while not self.core.ack_timed_out(self.now):
+            self.now += 0.5
+            assert self.now - start <= self.core.ack_timeout + 1.0
         assert self.core.next_commands(self.now) == []
-        assert self.core.ack_timed_out(self.now)
         assert not self.core.ack_timed_out(self.now)
         self._restart()
+
+    @precondition(lambda self: bool(self.outstanding))
+    @rule(gap=st.floats(min_value=0.0, max_value=60.0), sender_first=st.booleans())
+    def speaker_stalls(self, gap: float, sender_first: bool) -> None:
+        """The speaker itself stops for `gap` seconds while ExaBGP answers everything;
+        after it resumes, whichever of the sender and the reader runs first, the answers
+        waiting to be read are consumed before any verdict: never a timeout."""
+        self.core.ack_timed_out(self.now)
+        self.now += gap
+        if sender_first:
+            assert not self.core.ack_timed_out(self.now)
+        self.answer_every_outstanding(True)
+        self.now += 0.5
+        assert not self.core.ack_timed_out(self.now)
 
     def _restart(self) -> None:
         self.rib.clear()

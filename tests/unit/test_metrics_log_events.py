@@ -29,9 +29,14 @@ def _event_arg(node: ast.expr) -> str | None:
     return None
 
 
+#: The logging functions of bgpd.logs, and where their event name is among the arguments.
+EVENT_ARGUMENT = {"log": 2, "log_limited": 5}
+
+
 @functools.cache
 def log_events() -> dict[str, set[str]]:
-    """event name regex -> files calling ``log(logger, level, EVENT, ...)`` with it."""
+    """event name regex -> files calling ``log(logger, level, EVENT, ...)`` (or
+    ``log_limited(limiter, key, now, logger, level, EVENT, ...)``) with it."""
     found: dict[str, set[str]] = {}
     for package in ("bgpd", "k8s_watcher"):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -40,9 +45,9 @@ def log_events() -> dict[str, set[str]]:
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Name)
-                    and node.func.id == "log"
-                    and len(node.args) >= 3
-                    and (pattern := _event_arg(node.args[2])) is not None
+                    and (at := EVENT_ARGUMENT.get(node.func.id)) is not None
+                    and len(node.args) > at
+                    and (pattern := _event_arg(node.args[at])) is not None
                 ):
                     rel = str(path.relative_to(ROOT))
                     found.setdefault(pattern, set()).add(rel)

@@ -22,6 +22,7 @@ from bgpd.decision import (
     remember_attributes,
 )
 from bgpd.model import (
+    AnnotationPolicy,
     BGPAdvertisement,
     ClusterSnapshot,
     Config,
@@ -35,6 +36,7 @@ from bgpd.model import (
     Service,
     ServiceKey,
     SkipReason,
+    SpeakerConfig,
     TrafficPolicy,
     selectors_match,
 )
@@ -122,7 +124,18 @@ def configs(draw: st.DrawFn) -> Config:
         peers=peers,
         advertisements=advertisements,
         communities={"gold": "65000:900"},
+        speaker=SpeakerConfig(annotation_policy=draw(annotation_policies)),
     )
+
+
+#: SpeakerConfig annotationPolicy: none, or trusting some of the namespaces (ns0, ns1)
+#: and allowing some well-known communities.
+annotation_policies = st.none() | st.builds(
+    AnnotationPolicy,
+    namespaces=st.none() | st.frozensets(st.sampled_from(["ns0", "ns1"])),
+    allowed_well_known_communities=st.none()
+    | st.frozensets(st.sampled_from(["no-export", "no-peer"])),
+)
 
 
 @st.composite
@@ -214,6 +227,7 @@ def test_decide_is_deterministic_and_order_free(
         peers=tuple(rng.sample(cfg.peers, len(cfg.peers))),
         advertisements=tuple(rng.sample(cfg.advertisements, len(cfg.advertisements))),
         communities=cfg.communities,
+        speaker=cfg.speaker,
     )
     again = decide(reordered, _snapshot(shuffled), NodeName(at))
     assert again.routes == first.routes
