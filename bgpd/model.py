@@ -334,6 +334,9 @@ class SpeakerConfig:
     listen: bool = False
     #: Announce only where the data plane works (kube-proxy's health answers); None: off.
     data_plane_check: DataPlaneCheck | None = None
+    #: Also serve GET /status (peers, routes, the last decision) on metricsAddress; it is
+    #: always served on the control socket in workDir.
+    expose_status: bool = False
 
 
 @dataclass(frozen=True, slots=True)

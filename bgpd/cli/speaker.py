@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from bgpd.cli.controller import options_from_args
     from bgpd.config import ConfigError, load_config_or_raise
     from bgpd.exabgp.runtime import work_dir_problem
+    from bgpd.exabgp.workdir import WorkDirError, prepare
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
     from bgpd.model import NodeName
@@ -75,6 +76,12 @@ def run(args: argparse.Namespace) -> int:
     problem = work_dir_problem(work_dir)
     if problem is not None:
         print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        # Held until the process ends: one speaker per work directory.
+        work_lock = prepare(work_dir)
+    except WorkDirError as exc:
+        print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     address = args.metrics_address or config.speaker.metrics_address
     if args.with_controller and args.cluster_file:
@@ -132,4 +139,7 @@ def run(args: argparse.Namespace) -> int:
 
     # The event loop is where ExaBGP's parent "thread" lives for PR_SET_PDEATHSIG.
     os.umask(0o077)
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        work_lock.release()

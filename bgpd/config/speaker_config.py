@@ -92,6 +92,13 @@ SPEAKER: Final = KindTable(
             description="Announce only while kube-proxy's health answers pass (off when "
             "absent); see docs/configuration.md.",
         ),
+        Field(
+            "exposeStatus",
+            type="boolean",
+            default=False,
+            description="Also serve GET /status on metricsAddress (always on the control "
+            "socket in workDir); POST /drain is never served there.",
+        ),
     ),
 )
 
@@ -174,6 +181,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     data_plane = None
     if f.get("dataPlaneCheck") is not None:
         data_plane = _data_plane_check(doc, "spec.dataPlaneCheck", f["dataPlaneCheck"])
+    expose_status = d.expose_status
+    if f.get("exposeStatus") is not None:
+        expose_status = read_bool(doc, "spec.exposeStatus", f["exposeStatus"]) is True
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -189,6 +199,7 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         on_sigterm=on_sigterm,
         listen=listen,
         data_plane_check=data_plane,
+        expose_status=expose_status,
     )
 
 

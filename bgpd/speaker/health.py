@@ -26,6 +26,9 @@ class ReadinessInputs:
     rendered: bool
     connected: bool
     decided: bool
+    #: Why ExaBGP's configuration file could not be written ("": it was). ExaBGP keeps
+    #: running with what it has, but not with what the cluster and config say.
+    write_error: str = ""
 
 
 def health(s: HealthInputs) -> tuple[bool, str]:
@@ -43,4 +46,6 @@ def readiness(s: ReadinessInputs) -> tuple[bool, str]:
         return False, "exabgp helper not connected"
     if not s.decided:
         return False, "no decision applied yet"
+    if s.write_error:
+        return False, f"exabgp configuration not written (retrying): {s.write_error}"
     return True, "ok"

@@ -102,7 +102,7 @@ class SpeakerProc:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.topology.nodes[0].run(
-            [KUBE_BGPD, *args, "--metrics-address", STATUS], check=False, timeout=30
+            [KUBE_BGPD, *args, "--work-dir", str(self.dir / "work")], check=False, timeout=30
         )
 
     def status(self) -> dict[str, Any]:
