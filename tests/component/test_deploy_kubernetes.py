@@ -310,7 +310,10 @@ def test_image_user_is_the_pods_user() -> None:
     dockerfile = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
     (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
     assert re.search(rf"useradd .*--uid {user[0]} --gid {user[1]}", dockerfile)
-    assert re.findall(r"^FROM (\S+)", dockerfile, re.M)[-1] == "python:3.11-slim"
+    # Both stages on one base, pinned by its digest (a moving tag cannot change it).
+    bases = {f.split(" ")[0] for f in re.findall(r"^FROM (.+)$", dockerfile, re.M)}
+    (base,) = bases
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base), base
     entry = json.loads(re.findall(r"^ENTRYPOINT (.+)$", dockerfile, re.M)[0])
     assert entry[-1] == "kube-bgpd"
     for copied in re.findall(r"^COPY (?!--)(.+) \S+$", dockerfile, re.M):
