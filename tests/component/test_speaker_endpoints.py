@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import json
 import os
 import signal
 import stat
@@ -25,13 +26,15 @@ from typing import Any
 import pytest
 from test_speaker import KUBE_BGPD, STATUS, SpeakerProc, config_text
 
+from kbgpd_lab.kit.measure import rss_kb
 from kbgpd_lab.lab.routers import Router
-from kbgpd_lab.lab.speakerfiles import node1_cluster_dump
+from kbgpd_lab.lab.speakerfiles import NODE1_V4, node1_cluster_dump, node_item, service_items
 from kbgpd_lab.lab.topology import Topology
 
 pytestmark = [pytest.mark.component, pytest.mark.root]
 
 PREFIX = ipaddress.ip_network("10.99.100.5/32")
+MB = 1 << 20
 
 
 @pytest.fixture
@@ -243,3 +246,37 @@ def test_full_work_directory_keeps_exabgp_and_retries(
         assert "hold-time 12;" in (work / "exabgp.conf").read_text()
     finally:
         sp.stop()
+
+
+def json_dump(annotations: dict[str, str]) -> str:
+    """node1 and 20 Services (10.99.100.1-20) served from it, each with ``annotations``,
+    as `kubectl get -o json` prints them (the speaker parses JSON dumps fast)."""
+    items = [node_item("node1", NODE1_V4, labels={"rack": "r1"})]
+    for i in range(20):
+        svc, slice_ = service_items(f"web{i}", f"10.99.100.{i + 1}", uid=f"u{i}")
+        svc["metadata"]["annotations"] = dict(annotations)
+        items += [svc, slice_]
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+
+
+def test_huge_annotations_keep_status_small_and_memory_flat(
+    make_router: Callable[..., Router], speakers: Callable[..., SpeakerProc]
+) -> None:
+    """Issue 15: 20 Services with 1 MB invalid annotations grew /status to 20 MB and the
+    speaker from 90 to 273 MB. Now the routes keep their last valid attributes, /status
+    carries bounded excerpts, and the speaker grows by about what it must hold (the 20 MB
+    of annotations in its snapshot)."""
+    router = make_router("bird")
+    sp = speakers(config_text(), json_dump({}))
+    router.wait_rib(lambda r: len(r) == 20, 30)
+    sp.wait_status(lambda d: d["exabgp"]["connected"] and len(d["routes"]) == 20)
+    before = rss_kb(sp.proc.pid)
+    sp.dump.write_text(json_dump({"kube-bgpd.io/communities": "x" * MB}))
+    doc = sp.wait_status(lambda d: len((d["explain"] or {}).get("notices", [])) == 20, timeout=60)
+    size = len(json.dumps(doc))
+    grown = rss_kb(sp.proc.pid) - before
+    print(f"/status {size} bytes; RSS {before} KiB + {grown} KiB")
+    assert size < 256 * 1024, size
+    assert grown < 80 * 1024, grown
+    # Nothing was withdrawn: the last valid attributes stay at the router.
+    assert len(router.rib()) == 20
