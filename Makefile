@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
-APT_PACKAGES := frr bird2 gobgpd mosquitto prometheus iproute2 procps nftables
+APT_PACKAGES := frr bird2 gobgpd mosquitto mosquitto-clients prometheus iproute2 procps nftables
 STAMP := $(VENV)/.installed
 LINT_PATHS := bgpd k8s_watcher kbgpd_lab tests $(wildcard bench)
 

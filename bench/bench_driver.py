@@ -288,7 +288,7 @@ def speaker_rss(
             one_peer_config(
                 addresses=("10.99.0.0/16",),
                 communities=("65000:1",),
-                speaker={"drainWindow": "2s", "onSigterm": "withdraw"},
+                speaker={"drainWindow": "2s", "onSigterm": "withdraw", "exposeStatus": True},
             )
         )
         ips = [p.split("/")[0] for p in prefixes(n)]

@@ -163,8 +163,12 @@ class BirdCtl:
 
 
 def speaker_config(topo: Topology) -> str:
+    # /status on the network listener too: the benchmark reads it over TCP.
     return one_peer_config(
-        pool="bench", addresses=("10.99.0.0/16",), peer_address=str(topo.router_address(4))
+        pool="bench",
+        addresses=("10.99.0.0/16",),
+        peer_address=str(topo.router_address(4)),
+        speaker={"exposeStatus": True},
     )
 
 

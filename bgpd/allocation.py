@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 
+from bgpd.attributes import excerpt
 from bgpd.model import (
     Config,
     IPAddress,
@@ -213,7 +214,8 @@ def _request(service: Service) -> _Request:
             requested.append(ipaddress.ip_address(text))
         except ValueError as exc:
             raise _Failed(
-                FailureReason.INVALID_ANNOTATION, f"requested IP {text!r} is not an IP address"
+                FailureReason.INVALID_ANNOTATION,
+                f"requested IP {excerpt(text)} is not an IP address",
             ) from exc
     if len(requested) > 2 or len({ip.version for ip in requested}) != len(requested):
         raise _Failed(
@@ -354,7 +356,7 @@ class _State:
             if user.backend != req.backend:
                 return (
                     FailureReason.CONFLICTING_SHARING_KEY,
-                    f"{ip} is shared with {user.key} under key {req.sharing!r}, but IP "
+                    f"{ip} is shared with {user.key} under key {excerpt(req.sharing)}, but IP "
                     "sharing needs externalTrafficPolicy Cluster on both or Local with "
                     "the same selector",
                 )
@@ -363,7 +365,7 @@ class _State:
                 ports = ", ".join(f"{proto}/{port}" for proto, port in sorted(overlap))
                 return (
                     FailureReason.CONFLICTING_SHARING_KEY,
-                    f"{ip} is shared with {user.key} under key {req.sharing!r}, and port "
+                    f"{ip} is shared with {user.key} under key {excerpt(req.sharing)}, and port "
                     f"{ports} is used by both",
                 )
         return None

@@ -31,21 +31,35 @@ _NUMBER = re.compile(r"\d{1,10}")
 MAX_U16 = 0xFFFF
 MAX_U32 = 0xFFFFFFFF
 
+#: Characters of a bad value an error message echoes (excerpt()).
+EXCERPT_CHARS = 64
+
+
+def excerpt(text: str, limit: int = EXCERPT_CHARS) -> str:
+    """``text`` as an error message shows it: quoted, and cut to its first ``limit``
+    characters plus its length when longer. An annotation may hold 256 KiB (a Node's or
+    a Service's up to the API's limits), and error messages travel into /status, explain,
+    Events and logs: echoing the whole value multiplied it there (issue 15: 20 Services
+    with 1 MB annotations grew /status to 20 MB)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
+
 
 def check_command_text(text: str) -> str:
     """Return text unchanged, or raise if it holds a control character (newline, tab, NUL)."""
     bad = _CONTROL.search(text)
     if bad is not None:
-        raise ValueError(f"{text!r} holds a control character ({bad.group()!r})")
+        raise ValueError(f"{excerpt(text)} holds a control character ({bad.group()!r})")
     return text
 
 
 def _number(part: str, limit: int, what: str, text: str) -> int:
     if not _NUMBER.fullmatch(part):
-        raise ValueError(f"{text!r}: {what} {part!r} is not a number")
+        raise ValueError(f"{excerpt(text)}: {what} {excerpt(part)} is not a number")
     value = int(part)
     if value > limit:
-        raise ValueError(f"{text!r}: {what} {value} is out of range (0-{limit})")
+        raise ValueError(f"{excerpt(text)}: {what} {value} is out of range (0-{limit})")
     return value
 
 
@@ -60,12 +74,14 @@ def parse_community(text: str) -> tuple[Literal["standard", "large"], str]:
     parts = stripped.split(":")
     if parts[0] == "large":
         if len(parts) != 4:
-            raise ValueError(f"{text!r}: a large community is large:<global>:<local1>:<local2>")
+            raise ValueError(
+                f"{excerpt(text)}: a large community is large:<global>:<local1>:<local2>"
+            )
         nums = [_number(p, MAX_U32, "field", text) for p in parts[1:]]
         return "large", ":".join(str(n) for n in nums)
     if len(parts) != 2:
         raise ValueError(
-            f"{text!r}: a community is <asn>:<value> (16-bit each), large:<a>:<b>:<c>, "
+            f"{excerpt(text)}: a community is <asn>:<value> (16-bit each), large:<a>:<b>:<c>, "
             f"or one of {', '.join(sorted(WELL_KNOWN))}"
         )
     asn = _number(parts[0], MAX_U16, "first half", text)

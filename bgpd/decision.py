@@ -97,7 +97,7 @@ from typing import TypeVar
 
 from bgpd import fanout
 from bgpd.annotation_policy import restrict
-from bgpd.attributes import GRACEFUL_SHUTDOWN, parse_community, parse_u32
+from bgpd.attributes import GRACEFUL_SHUTDOWN, excerpt, parse_community, parse_u32
 from bgpd.bandwidth import link_bandwidth, serving_endpoints
 from bgpd.model import (
     DATA_PLANE_UNCHECKED,
@@ -193,7 +193,9 @@ def service_attributes(
         for item in raw.split(","):
             text = item.strip()
             if not text:
-                raise _annotation_error(ANNOTATION_COMMUNITIES, f"{raw!r} has an empty entry")
+                raise _annotation_error(
+                    ANNOTATION_COMMUNITIES, f"{excerpt(raw)} has an empty entry"
+                )
             value = aliases.get(text, text)
             try:
                 kind, canonical = parse_community(value)

@@ -608,6 +608,15 @@ class SpeakerMetrics:
         # Pre-create each phase so dashboards see zero rather than nothing before the first.
         for phase in ConvergencePhase:
             self._convergence.labels(phase=phase.value)
+        self._config_write_failures = Counter(
+            _name("exabgp_config_write_failures"),
+            "ExaBGP configuration files that could not be written (e.g. a full work "
+            "directory); the running ExaBGP is kept and the write retried.",
+            registry=registry,
+        )
+
+    def config_write_failed(self) -> None:
+        self._config_write_failures.inc()
 
     def observe_reconcile(self, seconds: float) -> None:
         self._reconcile.observe(seconds)

@@ -359,6 +359,9 @@ class SpeakerConfig:
     allow_empty_config: bool = False
     #: Who may set the per-Service attribute annotations (multi-tenancy); None: anyone.
     annotation_policy: AnnotationPolicy | None = None
+    #: Also serve GET /status (peers, routes, the last decision) on metricsAddress; it is
+    #: always served on the control socket in workDir.
+    expose_status: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,15 @@ A slow or absent broker must never delay BGP: `publish()` is synchronous and O(1
 bounded deque; when full the oldest event is dropped and counted), and the only task
 that waits on the network is `run()`. After a reconnect or after dropping events the
 publisher sends the current retained state instead of the missed events: subscribers see
-the state converge, not every transition. Reconnects back off exponentially with jitter,
-capped, like aiomqtt's own examples. This module must not touch the ExaBGP driver or the
+the state converge, not every transition. A lost connection is noticed when it is lost,
+also while idle (a broker restart, or another client taking our client ID over): `run()`
+watches aiomqtt's message iterator, which ends with MqttError on a disconnect, beside the
+sender, so `connected` (the `kube_bgpd_mqtt_connected` gauge) is true only while a
+connection is, and the reconnect does not wait for the next event. Reconnects back off
+exponentially with jitter, capped, like aiomqtt's own examples; a connection that ended
+within `stable` seconds does not reset the back-off, so two clients fighting over one
+client ID (two speakers with the same node name) settle at the cap instead of
+reconnecting in a tight loop. This module must not touch the ExaBGP driver or the
 metrics registry: it consumes `bgpd.model` events and exposes its counters as attributes
 (`bgpd.metrics.MQTTView`).
 """
@@ -164,8 +171,10 @@ class MQTTPublisher:
         backoff_cap: float = 30.0,
         timeout: float = 5.0,
         stale_scan: float = 5.0,
+        stable: float = 10.0,
     ) -> None:
         self.config = config
+        self.stable = stable
         self.node = node
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -237,29 +246,45 @@ class MQTTPublisher:
     async def run(self) -> None:
         """Connect, publish, and reconnect forever; returns only by cancellation."""
         attempt = 0
+        loop = asyncio.get_running_loop()
         while True:
+            since: float | None = None
             try:
                 async with self._client() as client:
                     self.connected = True
                     self.connects += 1
-                    attempt = 0
+                    since = loop.time()
                     log(_logger, logging.INFO, "mqtt.connected", host=self.config.host)
                     self._resync = True
                     await self._clear_stale(client)
-                    await self._pump(client)
-            except aiomqtt.MqttError as exc:
+                    async with asyncio.TaskGroup() as tg:
+                        tg.create_task(self._watch(client), name="mqtt-watch")
+                        tg.create_task(self._pump(client), name="mqtt-pump")
+            except* aiomqtt.MqttError as group:
+                lasted = None if since is None else round(loop.time() - since, 1)
                 log(
                     _logger,
-                    logging.WARNING if self.connected else logging.DEBUG,
+                    logging.WARNING if since is not None else logging.DEBUG,
                     "mqtt.disconnected",
                     host=self.config.host,
-                    error=str(exc),
+                    error=str(group.exceptions[0]),
+                    connected_for=lasted,
                 )
             finally:
                 self.connected = False
+            if since is not None and loop.time() - since >= self.stable:
+                attempt = 0
             delay = backoff_delay(attempt, base=self.backoff_base, cap=self.backoff_cap)
             attempt += 1
             await asyncio.sleep(delay)
+
+    @staticmethod
+    async def _watch(client: aiomqtt.Client) -> None:
+        """Raise MqttError as soon as the connection is lost: aiomqtt ends its message
+        iterator so. Nothing is subscribed after _clear_stale; a late message of its
+        scan is ignored."""
+        async for _ in client.messages:
+            pass
 
     async def _clear_stale(self, client: aiomqtt.Client) -> None:
         """Clear retained messages under this node that an earlier run of the speaker left

@@ -8,6 +8,11 @@ MODIFIED for every object after a re-list (k8s-notes.md). What we need is small:
 * LIST (paged) -> remember the list's resourceVersion -> WATCH from it with
   allowWatchBookmarks and timeoutSeconds, the client's total timeout a little longer so a
   dead TCP connection is noticed (the server ends the stream cleanly at timeoutSeconds);
+* a watch that carries nothing (no event, no BOOKMARK) for ``idle_timeout`` is presumed
+  dead and restarted, the kind reported stale meanwhile: the apiserver sends a watch that
+  allows bookmarks one about every minute (its cacher's bookmark frequency), so silence
+  means a connection that died without a FIN or RST (a dead load balancer, a dropped NAT
+  entry), which otherwise went unnoticed until the total timeout (~390 s, issue 15);
 * keep the resourceVersion of every event, BOOKMARKs included, so a resume after a clean
   end or a disconnect replays nothing and loses nothing;
 * 410 Gone (in the stream or on a list) -> list again, keep the old cache until the new
@@ -33,7 +38,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -49,6 +54,7 @@ from bgpd.objects import (
 )
 from k8s_watcher.client import KubeClient, object_path
 from k8s_watcher.errors import (
+    ApiUnavailable,
     CredentialsError,
     KubernetesError,
     MalformedResponse,
@@ -112,6 +118,11 @@ class InformerTiming:
     watch_timeout: int = 300
     #: Extra seconds on the client side before an open watch is presumed dead.
     read_grace: float = 15.0
+    #: Seconds without any line (event or BOOKMARK) before an open watch is presumed dead
+    #: and restarted: the apiserver's bookmark frequency (one minute) plus a margin. On
+    #: an apiserver that sends no periodic bookmarks, a quiet kind's watch is restarted
+    #: this often, which replays nothing (it resumes from the last resourceVersion).
+    idle_timeout: float = 75.0
     #: Seconds between full re-lists; None disables them.
     resync_period: float | None = 900.0
     backoff_initial: float = 0.5
@@ -442,14 +453,33 @@ class Informer(Generic[T]):
                 self._set_state(connected=True)
                 if self._resync_requested:
                     return
-                async for line in lines:
-                    self._apply_line(line)
+                await self._read(lines)
         except TimeoutError:
             # Only our resync deadline raises a bare TimeoutError here: network
             # timeouts are ApiUnavailable by the time they leave the client.
             return
         finally:
             self._scope = None
+
+    async def _read(self, lines: AsyncIterator[bytes]) -> None:
+        """Apply every line until the stream ends; raise ApiUnavailable after
+        idle_timeout seconds without one (the caller backs off, reports the kind stale
+        and watches again from the last resourceVersion)."""
+        idle = self._timing.idle_timeout
+        while True:
+            try:
+                async with asyncio.timeout(idle) as quiet:
+                    line = await anext(lines)
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                if not quiet.expired():
+                    raise  # the resync deadline around the watch
+                raise ApiUnavailable(
+                    f"watch {self.kind.resource}: nothing (no event, no bookmark) for "
+                    f"{idle:g} s: connection presumed dead, watching again"
+                ) from None
+            self._apply_line(line)
 
     def _apply_line(self, line: bytes) -> None:
         line = line.strip()

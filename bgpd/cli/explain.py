@@ -31,6 +31,9 @@ EXIT_USAGE = 2
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    from bgpd.cli import control
+
+    control.add_flags(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--cluster",
@@ -41,8 +44,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     source.add_argument(
         "--from-speaker",
         action="store_true",
-        help="ask the running speaker at --metrics-address (default 127.0.0.1:7473) for "
-        "its last decision instead of computing one from a dump (no --config needed)",
+        help="ask the running speaker on this host (its control socket in --work-dir, or "
+        "--metrics-address with SpeakerConfig exposeStatus) for its last decision instead "
+        "of computing one from a dump",
     )
     parser.add_argument(
         "--allocation",
@@ -195,17 +199,16 @@ def _from_speaker(
 ) -> int:
     """The live answer: the speaker's last applied decision, from GET /status (key
     "explain", the JSON contract), rendered by the same functions as the offline one."""
-    import urllib.error
-
-    from bgpd.cli.status import DEFAULT_ADDRESS, fetch
+    from bgpd.cli import control
+    from bgpd.cli.status import fetch
     from bgpd.explain import decision_from_json, explain_json, explain_table
 
     prog = "kube-bgpd explain"
-    address = args.metrics_address or DEFAULT_ADDRESS
+    address = control.target(args)
     try:
         doc = fetch(address, args.timeout)
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        print(f"{prog}: cannot read the speaker's status at {address}: {exc}", file=err)
+    except (control.SpeakerUnreachable, control.RefusedHere) as exc:
+        print(f"{prog}: cannot read the speaker's status: {exc}", file=err)
         return EXIT_INVALID
     answer = doc.get("explain")
     if answer is None:

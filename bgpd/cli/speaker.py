@@ -60,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
     from bgpd.cli.controller import config_source_problem, options_from_args
     from bgpd.config import ConfigError, load_config_or_raise
     from bgpd.exabgp.runtime import work_dir_problem
+    from bgpd.exabgp.workdir import WorkDirError, WorkDirLock, prepare
     from bgpd.logs import setup_logging
     from bgpd.metrics import WatchMetrics
     from bgpd.model import Config, NodeName
@@ -115,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         config_namespace=from_cluster,
     )
 
+    work_locks: list[WorkDirLock] = []
+
     async def main() -> int:
         # The watch counters exist before the source that feeds them and the speaker
         # that exports them (bgpd.metrics).
@@ -161,6 +164,12 @@ def run(args: argparse.Namespace) -> int:
         problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
         if problem is not None:
             print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
+        try:
+            # Held until the process ends: one speaker per work directory.
+            work_locks.append(prepare(work_dir))
+        except WorkDirError as exc:
+            print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         address = args.metrics_address or config.speaker.metrics_address
         if controller is not None:
@@ -222,6 +231,9 @@ def run(args: argparse.Namespace) -> int:
             lines.extend(str(e) for e in _leaves(group))
     except StartupError as exc:
         lines.append(str(exc))
+    finally:
+        for held in work_locks:
+            held.release()
     for line in dict.fromkeys(lines):
         print(f"kube-bgpd speaker: {line}", file=sys.stderr)
     return EXIT_FAILED

@@ -1,7 +1,9 @@
 """`kube-bgpd status`: print a running speaker's peers and routes (GET /status).
 
-Two tables, peers then routes, from the speaker's listener (``--metrics-address``,
-default 127.0.0.1:7473); ``--json`` prints the document as is. Standard library only.
+Two tables, peers then routes, from the speaker's control socket in its work directory,
+or its network listener with ``--metrics-address`` (which serves ``/status`` only with
+SpeakerConfig ``exposeStatus``): bgpd.cli.control. ``--json`` prints the document as is.
+Standard library only.
 """
 
 from __future__ import annotations
@@ -10,27 +12,30 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-DEFAULT_ADDRESS = "127.0.0.1:7473"
+from bgpd.cli import control
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    control.add_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the raw JSON document")
     parser.add_argument(
         "--timeout", type=float, default=5.0, help="seconds to wait for the speaker"
     )
 
 
-def fetch(address: str, timeout: float) -> Mapping[str, Any]:
-    with urllib.request.urlopen(f"http://{address}/status", timeout=timeout) as resp:
-        doc = json.loads(resp.read())
-    if not isinstance(doc, dict):
-        raise ValueError("status is not a JSON object")
-    return doc
+def fetch(where: control.Target, timeout: float) -> Mapping[str, Any]:
+    """GET /status; raises control.SpeakerUnreachable, or control.RefusedHere when the
+    network listener does not serve it (no SpeakerConfig exposeStatus)."""
+    try:
+        return control.call(where, "GET", "/status", timeout)
+    except control.RefusedHere as exc:
+        raise control.RefusedHere(
+            f"{exc}: /status is served on the control socket (run this on the node), and "
+            "on metricsAddress only with SpeakerConfig exposeStatus: true"
+        ) from exc
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -85,11 +90,10 @@ def render(doc: Mapping[str, Any], now: float) -> str:
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
-    address = args.metrics_address or DEFAULT_ADDRESS
     try:
-        doc = fetch(address, args.timeout)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"kube-bgpd status: cannot reach the speaker at {address}: {exc}", file=sys.stderr)
+        doc = fetch(control.target(args), args.timeout)
+    except (control.SpeakerUnreachable, control.RefusedHere) as exc:
+        print(f"kube-bgpd status: {exc}", file=sys.stderr)
         return 1
     if args.json:
         json.dump(doc, out, indent=2)

@@ -163,6 +163,13 @@ SPEAKER: Final = KindTable(
             description="Which Services may set attribute annotations and which well-known "
             "communities they may use (absent: all); see docs/configuration.md.",
         ),
+        Field(
+            "exposeStatus",
+            type="boolean",
+            default=False,
+            description="Also serve GET /status on metricsAddress (always on the control "
+            "socket in workDir); POST /drain is never served there.",
+        ),
     ),
     plural="speakerconfigs",
     columns=(
@@ -262,6 +269,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     policy = None
     if f.get("annotationPolicy") is not None:
         policy = _annotation_policy(doc, "spec.annotationPolicy", f["annotationPolicy"])
+    expose_status = d.expose_status
+    if f.get("exposeStatus") is not None:
+        expose_status = read_bool(doc, "spec.exposeStatus", f["exposeStatus"]) is True
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -279,6 +289,7 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         data_plane_check=data_plane,
         allow_empty_config=allow_empty,
         annotation_policy=policy,
+        expose_status=expose_status,
     )
 
 

@@ -3,9 +3,11 @@
 The speaker (and the component tests and the benchmark) hold one ``ExaBGPRuntime``:
 
 * ``configure(rendering)`` writes ExaBGP's configuration (mode 0600: it may hold MD5
-  keys) into the work dir and tells the driver which sessions exist; if ExaBGP runs and
-  the text changed, ExaBGP is restarted and the driver replays (SIGUSR1 reload would not
-  give a new neighbour the routes sent earlier through the API: lab notes);
+  keys; bgpd.exabgp.workdir.write_private, never through a planted symlink) into the work
+  dir, raising OSError with nothing changed when it cannot, and tells the driver which
+  sessions exist; if ExaBGP runs and the text changed, ExaBGP is restarted and the driver
+  replays (SIGUSR1 reload would not give a new neighbour the routes sent earlier
+  through the API: lab notes);
 * ``run()`` is the long-lived task: the driver's socket and sender plus the supervisor;
 * ``stop(withdraw=True, retain_graceful=False)`` is the graceful stop: withdraw everything
   (retaining: only from peers without graceful restart), wait for the acks and the flush,
@@ -28,6 +30,7 @@ from bgpd.exabgp.driver import ExaBGPDriver
 from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, queued_steps
 from bgpd.exabgp.render import Rendering, render_env
 from bgpd.exabgp.supervisor import Supervisor
+from bgpd.exabgp.workdir import write_private
 from bgpd.model import NodeName
 
 CONFIG_NAME = "exabgp.conf"
@@ -139,15 +142,13 @@ class ExaBGPRuntime:
     def configure(self, rendering: Rendering) -> bool:
         """Install a rendering; returns True if ExaBGP must (and will) restart for it."""
         changed = self.rendering is None or rendering.config != self.rendering.config
-        self.rendering = rendering
         if not changed:
+            self.rendering = rendering
             return False
-        tmp = self.config_path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(rendering.config)
-        os.chmod(tmp, 0o600)
-        tmp.replace(self.config_path)
+        # An OSError (a full work directory) leaves everything as it was: the running
+        # ExaBGP keeps its file and sessions, and the caller retries (bgpd.speaker.app).
+        write_private(self.config_path, rendering.config)
+        self.rendering = rendering
         self.driver.configure(rendering.neighbors)
         if self.supervisor.pid is not None:
             self.supervisor.restart()

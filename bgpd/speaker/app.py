@@ -88,7 +88,7 @@ from bgpd.model import (
     PeerName,
     SigtermAction,
 )
-from bgpd.mqtt import MQTTPublisher
+from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import attribute_state, drain
 from bgpd.speaker.dataplane import (
@@ -116,7 +116,7 @@ from bgpd.speaker.source import (
     RunnableSource,
     SecretPasswords,
 )
-from bgpd.status import Deferred, StatusServer
+from bgpd.status import CONTROL_SOCKET, Deferred, StatusServer
 
 _logger = logging.getLogger("bgpd.speaker")
 
@@ -179,6 +179,8 @@ def _log_drain_event(event: DrainEvent) -> None:
             log(_logger, logging.INFO, "speaker.drained", **f)
         case "speaker.undrained":
             log(_logger, logging.INFO, "speaker.undrained", **f)
+        case "speaker.drain_cancelled":
+            log(_logger, logging.INFO, "speaker.drain_cancelled", **f)
         case "speaker.drain_annotation_invalid":
             log(_logger, logging.WARNING, "speaker.drain_annotation_invalid", **f)
         case other:
@@ -260,7 +262,14 @@ class Speaker:
             kernel_choices=self.kernel_choices,
             last_valid=self._last_valid_saved,
         )
-        self.status_server = StatusServer(status_address, self)
+        # State changes (drain) only on the control socket; /status on the network port
+        # only if the operator opts in (bgpd.status).
+        self.status_server = StatusServer(
+            status_address,
+            self,
+            control_socket=work_dir / CONTROL_SOCKET,
+            expose_status=sc.expose_status,
+        )
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
         # the driver's event queue and never blocks it (bgpd.mqtt).
         self.config_stale = False
@@ -280,6 +289,11 @@ class Speaker:
         self.stop_requested = asyncio.Event()
         self.render_warnings: tuple[str, ...] = ()
         self.render_error = ""
+        #: Why ExaBGP's configuration file could not be written ("" once it was), the
+        #: failures in a row and the retry's timer (_install).
+        self.write_error = ""
+        self._write_failures = 0
+        self._write_retry: asyncio.TimerHandle | None = None
         #: The drain (bgpd.speaker.drain owns its rules; this only carries them out).
         self.drain_state = DrainState(window=sc.drain_window)
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -373,7 +387,39 @@ class Speaker:
             for w in rendering.warnings:
                 log(_logger, logging.WARNING, "exabgp.render_warning", warning=w)
             self.render_warnings = rendering.warnings
-        if self.runtime.configure(rendering):
+        self._install(rendering)
+
+    def _install(self, rendering: Rendering) -> None:
+        """Hand a rendering to the runtime. A file that cannot be written (OSError: a
+        full work directory, ENOSPC) keeps the running ExaBGP with what it has; it is
+        reported (log, metric, /readyz) and retried with back-off until it is written or
+        a newer rendering replaces it."""
+        if self._write_retry is not None:
+            self._write_retry.cancel()
+            self._write_retry = None
+        try:
+            restarted = self.runtime.configure(rendering)
+        except OSError as exc:
+            delay = backoff_delay(self._write_failures, base=1.0, cap=60.0)
+            self._write_failures += 1
+            self.write_error = f"{self.runtime.config_path}: {exc.strerror or exc}"
+            self.metrics.config_write_failed()
+            log(
+                _logger,
+                logging.ERROR,
+                "exabgp.config_write_failed",
+                error=self.write_error,
+                retry_in=round(delay, 1),
+            )
+            self._write_retry = asyncio.get_running_loop().call_later(
+                delay, self._install, rendering
+            )
+            return
+        if self._write_failures:
+            log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
+        self._write_failures = 0
+        self.write_error = ""
+        if restarted:
             log(_logger, logging.INFO, "exabgp.reconfigured", neighbors=len(rendering.neighbors))
         self.rendered.set()
 
@@ -463,6 +509,11 @@ class Speaker:
     async def drain(self) -> Mapping[str, Any]:
         """POST /drain: RFC 8326 (re-announce with GRACEFUL_SHUTDOWN, hold, withdraw)."""
         self._drain_step(drain.request(self.drain_state, time.time()))
+        return self._drain_status()
+
+    async def cancel_drain(self) -> Mapping[str, Any]:
+        """DELETE /drain: take the operator's drain back (bgpd.speaker.drain.cancel)."""
+        self._drain_step(drain.cancel(self.drain_state, time.time()))
         return self._drain_status()
 
     def _drain_step(self, t: Transition) -> None:
@@ -656,6 +707,7 @@ class Speaker:
                 node_missing=self.node if self._node_missing and self.source.synced else "",
                 source_stale=self.source.stale,
                 config_stale=self.config_stale_reason(),
+                write_error=self.write_error,
             )
         )
 
@@ -687,6 +739,7 @@ class Speaker:
                 "restarts": sup.restarts,
                 "connected": self.driver.connected,
                 "render_error": self.render_error,
+                "write_error": self.write_error,
                 "render_warnings": list(self.render_warnings),
             },
             "driver": {

@@ -1,7 +1,8 @@
 """Drain (RFC 8326), the one owner of its rules: a pure state machine.
 
-Four inputs ask for or end a drain: the operator (`kube-bgpd drain`, i.e. POST /drain, and
-SpeakerConfig onSigterm drain), the Node's ``kube-bgpd.io/drain`` annotation, the node's
+Four inputs ask for or end a drain: the operator (`kube-bgpd drain`, i.e. POST /drain on
+the control socket, and SpeakerConfig onSigterm drain; `kube-bgpd drain --cancel`, DELETE
+/drain, takes the operator's request back), the Node's ``kube-bgpd.io/drain`` annotation, the node's
 data-plane check (SpeakerConfig dataPlaneCheck: kube-proxy's health answer, after its
 hysteresis in bgpd.speaker.dataplane), and the clock (the window ends). Each transition
 takes the current ``DrainState`` and the time and returns a ``Transition``: the new
@@ -14,8 +15,14 @@ The rules:
 
 * a drain announces every route with GRACEFUL_SHUTDOWN (DriverMode.DRAINING) for
   SpeakerConfig.drainWindow seconds, then withdraws them (WITHDRAWN), never before;
-* an operator's drain lasts until the process stops: no annotation undoes it (one that
-  comes on top of an annotation's drain takes it over, keeping its window);
+* an operator's drain lasts until the operator cancels it or the process stops: no
+  annotation undoes it (one that comes on top of an annotation's drain takes it over,
+  keeping its window);
+* a cancel takes back only the operator's request, and not once the speaker is stopping
+  (the stop owns the mode then): if the annotation or a failing data-plane check still
+  asks for a drain, the drain is handed over to it (window and mode kept); otherwise every
+  route is announced again with its normal attributes (DriverMode.NORMAL), whether the
+  window had ended or not;
 * the annotation "true" starts a drain; "false" or its removal ends only a drain the
   annotation started (announcing normally again);
 * a failing data-plane check starts a drain; passing again ends only a drain the data
@@ -36,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from bgpd.attributes import excerpt
 from bgpd.exabgp.driver import DriverMode
 from bgpd.model import Node
 
@@ -201,6 +209,24 @@ def request(state: DrainState, now: float) -> Transition:
     return _start(state, DrainSource.REQUEST, now)
 
 
+def cancel(state: DrainState, now: float) -> Transition:
+    """The operator takes the drain request back (`kube-bgpd drain --cancel`). Changes
+    nothing unless the operator owns the drain and the speaker is not stopping; then the
+    annotation and the data-plane check decide as if the request had never come."""
+    if state.source is not DrainSource.REQUEST or state.stopping:
+        return Transition(state)
+    cancelled = DrainEvent("speaker.drain_cancelled", {"mode": str(state.mode)})
+    if state.annotated or not state.data_plane_ready:
+        # Hand over to the level that still asks; its window and mode are kept.
+        wanted = DrainSource.ANNOTATION if state.annotated else DrainSource.DATA_PLANE
+        event = DrainEvent("speaker.draining", {"window": state.window, "source": str(wanted)})
+        return Transition(replace(state, source=wanted), events=(cancelled, event))
+    ended = replace(state, mode=DriverMode.NORMAL, source=None, started=None)
+    return Transition(
+        ended, mode=DriverMode.NORMAL, events=(cancelled, DrainEvent("speaker.undrained"))
+    )
+
+
 def annotate(state: DrainState, value: str | None, now: float) -> Transition:
     """The Node's drain annotation is `value` (None: absent, or no Node)."""
     if state.stopping:
@@ -213,16 +239,14 @@ def annotate(state: DrainState, value: str | None, now: float) -> Transition:
             "speaker.drain_annotation_invalid",
             {
                 "annotation": ANNOTATION_DRAIN,
-                "value": value,
+                "value": excerpt(value or ""),
                 "expected": "true or false",
                 "kept": "draining" if state.draining else "announcing",
             },
         )
         return Transition(replace(state, bad_annotation=value), events=(event,))
-    state = replace(state, bad_annotation=None)
-    if state.source is DrainSource.REQUEST:
-        return Transition(state)
-    return _settle(replace(state, annotated=wanted), now)
+    # Remembered even under an operator's drain, for the hand-over when it is cancelled.
+    return _settle(replace(state, bad_annotation=None, annotated=wanted), now)
 
 
 def tick(state: DrainState, now: float) -> Transition:

@@ -36,6 +36,9 @@ class ReadinessInputs:
     source_stale: bool = False
     #: Why the configuration in force is not its source's ("" when it is).
     config_stale: str = ""
+    #: Why ExaBGP's configuration file could not be written ("": it was). ExaBGP keeps
+    #: running with what it has, but not with what the cluster and config say.
+    write_error: str = ""
 
 
 def health(s: HealthInputs) -> tuple[bool, str]:
@@ -57,6 +60,8 @@ def readiness(s: ReadinessInputs) -> tuple[bool, str]:
         return False, "exabgp helper not connected"
     if not s.decided:
         return False, "no decision applied yet"
+    if s.write_error:
+        return False, f"exabgp configuration not written (retrying): {s.write_error}"
     # Still ready when stale: the last good snapshot's and the last valid configuration's
     # routes are announced, which is what a lost watch or an invalid edit must not take
     # away; the answer says what is held back.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import json
 import logging
 import shutil
@@ -145,6 +146,8 @@ class _Watch:
         self.wake = asyncio.Event()
         self.closed = False
         self.cut = False
+        #: stall_watches(): send nothing more, not even the end (a dead load balancer).
+        self.stalled = False
         # kubectl get --watch asks for Tables; then each event is printed for it alone.
         self.as_table = tables.wants_table(request.headers.get("Accept", ""))
 
@@ -330,6 +333,15 @@ class ApiSimulator:
             watch.wake.set()
             cut += 1
         return cut
+
+    def stall_watches(self) -> int:
+        """Silence every open watch, as a dead load balancer or a dropped NAT entry does:
+        the connection stays open but carries nothing more (no event, no BOOKMARK, no
+        end) until the client gives up on it. Watches opened later are served normally.
+        Returns how many were stalled."""
+        for watch in self._watches:
+            watch.stalled = True
+        return len(self._watches)
 
     def fail_next(self, count: int, code: int = 500, *, message: str = "simulated failure") -> None:
         """The next `count` resource requests get a Status error with `code`."""
@@ -775,6 +787,18 @@ class ApiSimulator:
         deadline = loop.time() + timeout_seconds if timeout_seconds else None
         next_bookmark = self._next_bookmark(loop.time(), deadline) if bookmarks else None
         while not watch.closed:
+            if watch.stalled:
+                # Silent until the client closes the connection (checked twice a second:
+                # nothing is written that would tell us sooner).
+                transport = watch.request.transport
+                if transport is None or transport.is_closing():
+                    watch.cut = True
+                    break
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await watch.wake.wait()
+                watch.wake.clear()
+                continue
             if watch.pending:
                 lines: list[bytes] = []
                 while watch.pending:

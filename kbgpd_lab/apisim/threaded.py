@@ -137,6 +137,9 @@ class ApiSimulatorThread:
     def cut_watches(self) -> int:
         return self.call(self.sim.cut_watches)
 
+    def stall_watches(self) -> int:
+        return self.call(self.sim.stall_watches)
+
     def fail_next(self, count: int, code: int = 500, *, message: str = "simulated failure") -> None:
         self.call(lambda: self.sim.fail_next(count, code, message=message))
 

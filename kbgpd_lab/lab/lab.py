@@ -892,8 +892,9 @@ class Lab:
                 time.sleep(0.02)
 
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's listener."""
-        argv = [*kube_bgpd_argv(), *args, "--metrics-address", STATUS_ADDRESS]
+        """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's control
+        socket (in its work directory)."""
+        argv = [*kube_bgpd_argv(), *args, "--work-dir", str(self._node_dir(i) / "work")]
         return self.topology.nodes[i - 1].run(argv, check=False, timeout=30)
 
     def speaker_status(self, i: int) -> dict[str, Any]:

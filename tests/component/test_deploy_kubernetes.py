@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,7 +222,9 @@ def test_speaker_pod(path: str, tmp_path: Path) -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
-    assert "emptyDir" in volumes[mounts[str(config.speaker.work_dir)]]
+    # The work directory is created by the speaker inside the emptyDir (whose own root is
+    # world-writable, which the speaker refuses).
+    assert "emptyDir" in volumes[mounts[str(config.speaker.work_dir.parent)]]
     # Long enough to drain for the whole window and then withdraw.
     assert pod["terminationGracePeriodSeconds"] >= config.speaker.drain_window + WITHDRAW_BOUND + 5
     if str(config.speaker.on_sigterm) == "retain":
@@ -229,8 +232,8 @@ def test_speaker_pod(path: str, tmp_path: Path) -> None:
         assert "lifecycle" not in c
         return
     pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
-    assert pre_stop[:2] == ["/bin/sh", "-c"]
-    assert "kube-bgpd drain" in pre_stop[2]
+    # Through the control socket in the work directory the speaker uses.
+    assert pre_stop == ["kube-bgpd", "drain", f"--work-dir={config.speaker.work_dir}"]
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
@@ -310,7 +313,10 @@ def test_image_user_is_the_pods_user() -> None:
     dockerfile = (ROOT / "deploy" / "docker" / "Dockerfile").read_text()
     (user,) = re.findall(r"^USER (\d+):(\d+)$", dockerfile, re.M)
     assert re.search(rf"useradd .*--uid {user[0]} --gid {user[1]}", dockerfile)
-    assert re.findall(r"^FROM (\S+)", dockerfile, re.M)[-1] == "python:3.11-slim"
+    # Both stages on one base, pinned by its digest (a moving tag cannot change it).
+    bases = {f.split(" ")[0] for f in re.findall(r"^FROM (.+)$", dockerfile, re.M)}
+    (base,) = bases
+    assert re.fullmatch(r"python:3\.11-slim@sha256:[0-9a-f]{64}", base), base
     entry = json.loads(re.findall(r"^ENTRYPOINT (.+)$", dockerfile, re.M)[0])
     assert entry[-1] == "kube-bgpd"
     for copied in re.findall(r"^COPY (?!--)(.+) \S+$", dockerfile, re.M):
@@ -367,7 +373,7 @@ def running_speaker(
             f"--config={config}",
             "--node-name=node1",
             f"--cluster-file={dump}",
-            f"--work-dir={tmp_path / 'run'}",
+            f"--work-dir={tmp_path / 'run' / 'kube-bgpd'}",
             f"--metrics-address={loopback_address}:7473",
         ],
         stdout=log,
@@ -394,6 +400,15 @@ def running_speaker(
         log.close()
 
 
+def running_speaker_work_dir(proc: subprocess.Popen[bytes]) -> str:
+    """The --work-dir a speaker process was started with."""
+    argv = proc.args
+    assert isinstance(argv, list)
+    return next(
+        str(a).removeprefix("--work-dir=") for a in argv if str(a).startswith("--work-dir=")
+    )
+
+
 def test_pre_stop_hook_drains_then_sigterm_stops_within_grace(
     running_speaker: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
@@ -402,7 +417,20 @@ def test_pre_stop_hook_drains_then_sigterm_stops_within_grace(
     the drain window, then the speaker exits 0 well within the grace period."""
     address, proc = running_speaker
     ds = one(rendered("base"), "DaemonSet", "kube-bgpd-speaker")
-    command = container(ds)["lifecycle"]["preStop"]["exec"]["command"]
+    # The pod's work directory is /run/kube-bgpd; this speaker's is its --work-dir.
+    work = str(Path(running_speaker_work_dir(proc)))
+    command = [
+        arg.replace("--work-dir=/run/kube-bgpd", f"--work-dir={work}")
+        for arg in container(ds)["lifecycle"]["preStop"]["exec"]["command"]
+    ]
+    # The network listener (the node's address under hostNetwork) serves no drain and,
+    # without exposeStatus, no /status.
+    for method, path in (("POST", "/drain"), ("DELETE", "/drain"), ("GET", "/status")):
+        req = urllib.request.Request(f"http://{address}:7473{path}", method=method)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=5)  # noqa: S310 - http to the test speaker
+        refused.value.close()
+        assert refused.value.code == 404, (method, path)
     env = {
         "PATH": f"{Path(KUBE_BGPD).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
         "POD_IP": address,
@@ -410,8 +438,14 @@ def test_pre_stop_hook_drains_then_sigterm_stops_within_grace(
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "mode: draining" in result.stdout
-    with urllib.request.urlopen(f"http://{address}:7473/status", timeout=5) as resp:
-        status = json.loads(resp.read())
+    shown = subprocess.run(
+        [KUBE_BGPD, "status", "--json", f"--work-dir={work}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    status = json.loads(shown.stdout)
     assert status["mode"] == "draining"
     assert status["drain"]["window"] == 2.0
     withdraw_at = status["drain"]["withdraw_at"]

@@ -135,19 +135,14 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
 
         # The page's checks, as it runs them inside the pod (POD_IP set by the kubelet).
         node1 = topology.nodes[0]
-        env = ["env", f"POD_IP={nodes[1]}", "sh", "-c"]
-        status = node1.run(
-            [*env, f'{KUBE_BGPD} status --metrics-address "$POD_IP:7473"'], check=False
-        )
+        # The pod's work directory is /run/kube-bgpd; here the speaker's --work-dir.
+        work = f"--work-dir={tmp_path / 'run1'}"
+        status = node1.run([KUBE_BGPD, "status", work], check=False)
         assert status.returncode == 0, status.stderr
         assert re.search(r"^tor\s+172\.31\.250\.1\s+up\s", status.stdout, re.M), status.stdout
         assert f"{ip}/32" in status.stdout
         explain = node1.run(
-            [
-                *env,
-                f'{KUBE_BGPD} explain --from-speaker --metrics-address "$POD_IP:7473" default/web',
-            ],
-            check=False,
+            [KUBE_BGPD, "explain", "--from-speaker", work, "default/web"], check=False
         )
         assert explain.returncode == 0, explain.stderr
         assert re.search(rf"default/web\s+{re.escape(ip)}/32\s+tor", explain.stdout), explain.stdout

@@ -33,6 +33,8 @@ from kbgpd_lab.kit.waiting import wait_until
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
 NAMESPACE = "kube-bgpd-system"
+#: The base with components/peer-passwords (a kustomization under tests/data).
+PEER_PASSWORDS = kit.ROOT / "tests" / "data" / "kustomize" / "peer-passwords"
 
 
 # --------------------------------------------------------------------------- authorizer
@@ -429,8 +431,10 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
     sim.store.create(lb_service("web", ips=("10.99.100.1",)))
     sim.store.create(endpoint_slice("web", "node1", ready=True))
     log = tmp_path / "speaker.log"
+    # The base plus components/peer-passwords, as an overlay for this CONFIG would be.
+    docs = kit.rendered(str(PEER_PASSWORDS))
     argv = kit.manifest_argv(
-        kit.one(kit.rendered(), "DaemonSet"), POD_IP=kit.loopback_address(), config=str(config)
+        kit.one(docs, "DaemonSet"), POD_IP=kit.loopback_address(), config=str(config)
     )
     # A pod has NODE_NAME from the downward API, in-cluster credentials and an emptyDir
     # at /run/kube-bgpd; here the same by flags.
@@ -461,7 +465,16 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
         assert secret_reads, "the passwordSecret was never read"
     finally:
         stop(proc, log)
-    check_exact(kit.rendered(), "kube-bgpd-speaker", sim.request_log)
+    check_exact(docs, "kube-bgpd-speaker", sim.request_log)
+    # Narrowed to the Secrets the config names (resourceNames): only tor-md5 is readable.
+    role = kit.one(docs, "Role", "kube-bgpd-speaker-secrets")
+    assert [r.get("resourceNames") for r in role["rules"]] == [["tor-md5"]]
+
+
+def test_base_speaker_reads_no_secret() -> None:
+    """The base config names no passwordSecret, so the base grants no Secret at all."""
+    for grant in grants(kit.rendered(), "kube-bgpd-speaker"):
+        assert "secrets" not in grant.rule["resources"], grant.source
 
 
 # ---------------------------------------------------------------- config from the cluster

@@ -130,7 +130,7 @@ def test_docs_router_config_ecmp_filter_and_gshut(
         assert ipaddress.ip_network(f"{OUTSIDE_IP}/32") not in rib
 
         drain = topology.nodes[0].run(
-            [KUBE_BGPD, "drain", f"--metrics-address={STATUS}"], check=False, timeout=30
+            [KUBE_BGPD, "drain", f"--work-dir={tmp_path / 'work1'}"], check=False, timeout=30
         )
         assert drain.returncode == 0, drain.stdout + drain.stderr
         started = time.monotonic()

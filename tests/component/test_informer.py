@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -369,3 +370,39 @@ async def test_bearer_token_from_kubeconfig(tmp_path: Path) -> None:
                 await wait_until_async(lambda: informer.stats.errors >= 2, what="401s")
                 assert not informer.has_synced
     assert "HTTP 401" in informer.stats.last_error
+
+
+async def test_a_silent_watch_is_restarted_and_reported_stale_meanwhile(env: Env) -> None:
+    """Issue 15: a watch that goes silent (no bytes, no close: a dead load balancer) went
+    unnoticed for ~390 s. With bookmarks as liveness it is restarted after idle_timeout,
+    the kind is reported stale in between, and it resumes without a re-list. The
+    watch's own timeouts are long here, so only the idle rule can catch it."""
+    sim, client = env
+    timing = replace(FAST, watch_timeout=300, read_grace=15.0, idle_timeout=1.0)
+    rec = Recorder()
+    states: list[bool] = []
+    informer: Informer[Service] = Informer(
+        client, SERVICES, rec, timing=timing, on_state=lambda: states.append(informer.connected)
+    )
+    sim.store.create(lb_service("a"))
+    async with running(informer.run(), "informer"):
+        await wait_until_async(lambda: informer.has_synced, what="first list")
+        await sim.wait_for_watches(1)
+        # Bookmarks (every 0.2 s here) keep a quiet but live watch open.
+        await wait_until_async(lambda: informer.stats.bookmarks >= 10, what="bookmarks")
+        assert (informer.stats.watches, informer.stats.errors) == (1, 0)
+
+        assert sim.stall_watches() == 1
+        stalled_at = time.monotonic()
+        sim.store.create(lb_service("during-stall"))
+        await wait_until_async(
+            lambda: "default/during-stall" in informer.cache, within=20, what="restarted watch"
+        )
+        # Generous: only catches a watch left hanging until its total timeout.
+        assert time.monotonic() - stalled_at < 10
+        assert informer.stats.errors == 1
+        assert "no event, no bookmark" in informer.stats.last_error
+        assert False in states, "the kind was reported stale while its watch was dead"
+        await wait_until_async(lambda: informer.connected, what="reconnected")
+        assert informer.stats.watches == 2
+    assert informer.stats.lists == 1, "a dead watch is resumed, not re-listed"

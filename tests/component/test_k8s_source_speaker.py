@@ -35,7 +35,8 @@ KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 
 
 def config_text(peer_port: int, work: Path, exabgp_binary: str | None = None) -> str:
-    speaker = manifests.speaker_config(workDir=str(work), drainWindow="1s")
+    # /status on the network listener too (SpeakerConfig exposeStatus): read over TCP here.
+    speaker = manifests.speaker_config(workDir=str(work), drainWindow="1s", exposeStatus=True)
     if exabgp_binary is not None:
         speaker["spec"]["exabgpBinary"] = exabgp_binary
     docs = [

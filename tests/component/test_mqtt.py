@@ -19,7 +19,9 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
+from prometheus_client import CollectorRegistry
 
+from bgpd.metrics import MQTTCollector
 from bgpd.model import (
     MQTTConfig,
     NodeName,
@@ -400,3 +402,67 @@ async def test_last_will_marks_the_node_offline_when_the_speaker_dies(broker: Br
         await asyncio.wait_for(proc.wait(), 10)
     got = await _collect(broker.port, lambda g: (STATUS, b"offline", True) in g, quiet=0)
     assert _retained(got) == {STATUS: "offline"}
+
+
+def _gauge_connected(pub: MQTTPublisher) -> float | None:
+    """``kube_bgpd_mqtt_connected`` as a scrape reads it."""
+    registry = CollectorRegistry()
+    registry.register(MQTTCollector(pub))
+    return registry.get_sample_value("kube_bgpd_mqtt_connected")
+
+
+async def _one_route_settled(pub: MQTTPublisher) -> None:
+    """Connected, one route announced, and the broker holds it."""
+    await wait_until_async(lambda: pub.connected, within=20, poll=0.02, what="connected")
+    pub.publish(_announce("10.99.100.1/32"))
+    await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
+
+
+async def test_broker_restart_reconnects_without_waiting_for_an_event(broker: Broker) -> None:
+    """Issue 15: after a broker restart nothing reconnected until the next event while
+    the gauge stayed 1. Now the loss is seen while idle, the gauge drops at once, and
+    the publisher reconnects and republishes its state with no new event."""
+    broker.start()
+    pub = _publisher(broker.port)
+    async with running(pub):
+        await _one_route_settled(pub)
+        assert _gauge_connected(pub) == 1
+
+        broker.kill()  # by PID; no event is published from here on
+        await wait_until_async(
+            lambda: not pub.connected, within=10, poll=0.02, what="the loss noticed while idle"
+        )
+        assert _gauge_connected(pub) == 0
+        broker.start()  # empty: persistence false
+        await wait_until_async(
+            lambda: pub.settled and pub.connects == 2, within=20, poll=0.02, what="reconnected"
+        )
+        assert _gauge_connected(pub) == 1
+        late = _retained(await _collect(broker.port, lambda g: len(g) >= 2))
+    assert set(late) == {STATUS, "kube-bgpd/node-a/routes/10.99.100.1_32"}
+    assert late[STATUS] == "online"
+
+
+async def test_client_id_takeover_is_noticed_and_taken_back(broker: Broker) -> None:
+    """Another client connecting with our client ID makes the broker close our
+    connection: the publisher notices at once (no event needed), reconnects (taking the
+    ID back) and republishes the state, including "online" over our Last Will's
+    "offline"."""
+    broker.start()
+    pub = _publisher(broker.port)
+    async with running(pub):
+        await _one_route_settled(pub)
+        intruder = aiomqtt.Client("127.0.0.1", broker.port, identifier=f"kube-bgpd-{NODE}")
+        with contextlib.suppress(aiomqtt.MqttError):
+            async with intruder:
+                await wait_until_async(
+                    lambda: pub.connects == 2 and pub.settled,
+                    within=20,
+                    poll=0.02,
+                    what="the ID taken back",
+                )
+        await wait_until_async(lambda: pub.settled, within=20, poll=0.02, what="settled")
+        assert _gauge_connected(pub) == 1
+        late = _retained(await _collect(broker.port, lambda g: len(g) >= 2))
+    assert late[STATUS] == "online"
+    assert "kube-bgpd/node-a/routes/10.99.100.1_32" in late

@@ -175,7 +175,15 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert retained["kube-bgpd/node1/status"] == "online"
 
         live = node.run(
-            [KUBE_BGPD, "explain", "--from-speaker", "--metrics-address", LISTENER, "shop/web"]
+            # Through the control socket in the work directory.
+            [
+                KUBE_BGPD,
+                "explain",
+                "--from-speaker",
+                "--work-dir",
+                str(tmp_path / "work"),
+                "shop/web",
+            ]
         )
         assert "10.99.100.5/32" in live.stdout
         assert "tor" in live.stdout

@@ -62,10 +62,21 @@ def config_text(
 
 class SpeakerProc:
     def __init__(
-        self, topology: Topology, tmp: Path, config: str, dump: str, *, user: str | None = None
+        self,
+        topology: Topology,
+        tmp: Path,
+        config: str,
+        dump: str,
+        *,
+        user: str | None = None,
+        work_dir: Path | None = None,
+        tmpfs_kib: int | None = None,
     ) -> None:
+        """``work_dir``: the speaker's (default TMP/work); ``tmpfs_kib``: run it in a
+        private mount namespace with a tmpfs of that size on its work directory."""
         self.topology = topology
         self.dir = tmp
+        self.work = work_dir if work_dir is not None else tmp / "work"
         self.config = tmp / "config.yaml"
         self.dump = tmp / "cluster.yaml"
         self.config.write_text(config)
@@ -81,10 +92,24 @@ class SpeakerProc:
             "--cluster-file",
             str(self.dump),
             "--work-dir",
-            str(tmp / "work"),
+            str(self.work),
             "--metrics-address",
             STATUS,
         ]
+        if tmpfs_kib is not None:
+            self.work.mkdir(mode=0o700, exist_ok=True)
+            mount = f"mount -t tmpfs -o size={tmpfs_kib}k,mode=0700 kbgpd-test {self.work}"
+            argv = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                f'{mount} && exec "$@"',
+                "-",
+                *argv,
+            ]
         env = None
         if user:
             # The venv's interpreter is a symlink into /root (0700 here), which an
@@ -99,10 +124,14 @@ class SpeakerProc:
                 os.chown(path, int(user), int(user))
         with self.log.open("wb") as out:
             self.proc = topology.nodes[0].popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+        if tmpfs_kib is not None:
+            # The tmpfs (and the control socket on it) exists only in the speaker's mount
+            # namespace: reach it through the process's root.
+            self.work = Path(f"/proc/{self.proc.pid}/root") / self.work.relative_to("/")
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.topology.nodes[0].run(
-            [KUBE_BGPD, *args, "--metrics-address", STATUS], check=False, timeout=30
+            [KUBE_BGPD, *args, "--work-dir", str(self.work)], check=False, timeout=30
         )
 
     def status(self) -> dict[str, Any]:

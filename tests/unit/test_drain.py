@@ -36,7 +36,17 @@ class Stop:
     pass
 
 
-Step = Annotate | Request | Tick | Stop
+@dataclass(frozen=True)
+class Cancel:
+    pass
+
+
+@dataclass(frozen=True)
+class DataPlane:
+    ready: bool
+
+
+Step = Annotate | Request | Tick | Stop | Cancel | DataPlane
 
 values = st.sampled_from([None, "true", "false", " TRUE ", "yes", "", "drain"])
 steps = st.lists(
@@ -46,6 +56,8 @@ steps = st.lists(
             st.just(Request()),
             st.just(Tick()),
             st.just(Stop()),
+            st.just(Cancel()),
+            st.booleans().map(DataPlane),
         ),
         st.floats(min_value=0.0, max_value=WINDOW * 1.5),
     ),
@@ -63,6 +75,10 @@ def apply(state: DrainState, step: Step, now: float) -> Transition:
             return drain.tick(state, now)
         case Stop():
             return drain.stop(state)
+        case Cancel():
+            return drain.cancel(state, now)
+        case DataPlane(ready):
+            return drain.data_plane(state, ready, now)
     raise AssertionError(step)
 
 
@@ -91,7 +107,48 @@ def test_request_takes_over_an_annotation_drain_keeping_its_window() -> None:
     assert taken.state.source is DrainSource.REQUEST
     assert taken.state.started == 100.0
     assert taken.mode is None
-    assert drain.annotate(taken.state, "false", 105.0).state == taken.state
+    kept = drain.annotate(taken.state, "false", 105.0)
+    assert (kept.mode, kept.state.source, kept.state.started) == (None, DrainSource.REQUEST, 100.0)
+
+
+@pytest.mark.parametrize(
+    "withdrawn", [pytest.param(False, id="in-window"), pytest.param(True, id="after-window")]
+)
+def test_cancel_announces_normally_again(withdrawn: bool) -> None:
+    t = drain.request(DrainState(window=WINDOW), 100.0)
+    if withdrawn:
+        t = drain.tick(t.state, 110.0)
+        assert t.mode is DriverMode.WITHDRAWN
+    back = drain.cancel(t.state, 111.0)
+    assert (back.mode, back.state.source, back.state.started) == (DriverMode.NORMAL, None, None)
+    assert [e.name for e in back.events] == ["speaker.drain_cancelled", "speaker.undrained"]
+    assert back.wake_at is None
+
+
+def test_cancel_hands_over_to_the_annotation_still_asking() -> None:
+    t = drain.request(DrainState(window=WINDOW), 100.0)
+    t = drain.annotate(t.state, "true", 101.0)
+    back = drain.cancel(t.state, 102.0)
+    assert back.mode is None
+    assert (back.state.source, back.state.started) == (DrainSource.ANNOTATION, 100.0)
+    # The annotation's removal then ends it.
+    ended = drain.annotate(back.state, None, 103.0)
+    assert ended.mode is DriverMode.NORMAL
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        pytest.param(DrainState(window=WINDOW), id="not-draining"),
+        pytest.param(drain.annotate(DrainState(window=WINDOW), "true", 1.0).state, id="annotation"),
+        pytest.param(
+            drain.stop(drain.request(DrainState(window=WINDOW), 1.0).state).state, id="stopping"
+        ),
+    ],
+)
+def test_cancel_changes_nothing_it_does_not_own(state: DrainState) -> None:
+    t = drain.cancel(state, 5.0)
+    assert (t.state, t.mode, t.events) == (state, None, ())
 
 
 def test_invalid_value_is_reported_once() -> None:
@@ -131,26 +188,46 @@ def test_properties(sequence: list[tuple[Step, float]]) -> None:
             mode = t.mode
         # The driver mode the speaker sets is always the machine's.
         assert mode is state.mode
-        # A requested drain is never undone (by an annotation or anything else).
-        if before.source is DrainSource.REQUEST:
+        # A requested drain is undone only by the operator's cancel.
+        if before.source is DrainSource.REQUEST and not isinstance(step, Cancel):
             assert state.source is DrainSource.REQUEST
             assert state.mode is not DriverMode.NORMAL
+        # A cancelled drain re-announces with normal attributes unless the annotation or
+        # a failing data-plane check still asks for one (which then owns it, mode kept).
+        if isinstance(step, Cancel) and before.source is DrainSource.REQUEST:
+            if before.stopping:
+                assert state == before
+            elif before.annotated or not before.data_plane_ready:
+                assert state.source is not DrainSource.REQUEST
+                assert (state.mode, state.started) == (before.mode, before.started)
+            else:
+                assert (state.mode, state.source) == (DriverMode.NORMAL, None)
+                assert t.mode is DriverMode.NORMAL
         # WITHDRAWN only once the window has passed.
         if state.mode is DriverMode.WITHDRAWN and before.mode is not DriverMode.WITHDRAWN:
             assert before.started is not None
             assert clock >= before.started + WINDOW
-        # Only an annotation's drain ends, and only by its annotation (true -> not true).
+        # A drain ends only by whoever owns it: the annotation (true -> not true), the
+        # data-plane check passing again, or the operator's cancel.
         if before.draining and not state.draining:
-            assert isinstance(step, Annotate)
-            assert before.source is DrainSource.ANNOTATION
-            assert drain.parse_annotation(step.value) is False
+            match step:
+                case Annotate(value):
+                    assert before.source is DrainSource.ANNOTATION
+                    assert drain.parse_annotation(value) is False
+                case DataPlane(ready):
+                    assert before.source is DrainSource.DATA_PLANE
+                    assert ready
+                case Cancel():
+                    assert before.source is DrainSource.REQUEST
+                case _:
+                    raise AssertionError(f"{step} ended a {before.source} drain")
         # An invalid value keeps the state (only its report is remembered).
         if isinstance(step, Annotate) and drain.parse_annotation(step.value) is None:
             assert state.mode is before.mode
             assert state.source is before.source
             assert state.started == before.started
-        # Stopping: the annotation no longer changes anything.
-        if before.stopping and isinstance(step, Annotate):
+        # Stopping: the annotation and a cancel no longer change anything.
+        if before.stopping and isinstance(step, Annotate | Cancel):
             assert state == before
         # A drain in its window always asks for a tick at its end.
         if state.mode is DriverMode.DRAINING and state.started != before.started:
