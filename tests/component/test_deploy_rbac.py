@@ -478,6 +478,20 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
         secret_reads = [r.path for r in sim.request_log if "/secrets/" in r.path]
         assert secret_reads, "the passwordSecret was never read"
         assert set(secret_reads) == {f"/api/v1/namespaces/{CONFIG_NAMESPACE}/secrets/tor-md5"}
+        # An invalid configuration object (a pool overlapping the one in force) gets a
+        # Warning Event, in the configuration's namespace.
+        clash = kit.config_objects(CONFIG)[0]
+        clash["metadata"]["name"] = "clash"
+        sim.store.create(clash)
+        wait_on_process(
+            lambda: any(
+                e.get("reason") == "InvalidConfiguration"
+                for e in sim.store.list("events", CONFIG_NAMESPACE)
+            ),
+            "a Warning Event on the invalid pool",
+            proc,
+            log,
+        )
     finally:
         stop(proc, log)
     check_exact(docs, "kube-bgpd-speaker", sim.request_log)
