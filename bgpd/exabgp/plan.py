@@ -38,6 +38,7 @@ class CommandKind(StrEnum):
     WITHDRAW = "withdraw"
     EOR = "eor"
     CLEAR = "clear"
+    RELOAD = "reload"
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +142,13 @@ def eor_command(peer: PeerName, selector: str, family: str) -> Command:
     return Command(
         text=f"{selector} announce eor {family}", kind=CommandKind.EOR, peer=peer, sync=True
     )
+
+
+def reload_command() -> Command:
+    """Have ExaBGP re-read its configuration file in place (bgpd.exabgp.reload says what
+    that does to each neighbour). Synchronous: answered at once, the reload itself done at
+    the top of ExaBGP's next reactor turn."""
+    return Command(text="reload", kind=CommandKind.RELOAD, peer=None, sync=True)
 
 
 def delta(

@@ -25,7 +25,8 @@ lab's namespaces, its directory and FRR's run directory is touched.
 Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
-``set_on_sigterm(action)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``set_on_sigterm(action)``, ``edit_config(edit)``, ``speaker_pid(i)``, ``speaker_status(i)``,
+``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
 ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
 ``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
@@ -42,7 +43,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -760,11 +761,21 @@ class Lab:
         """Rewrite the speakers' SpeakerConfig ``onSigterm`` (withdraw, drain, retain);
         speakers started from now on read it, running ones re-read it on the SIGHUP sent
         here."""
+
+        def edit(docs: list[dict[str, Any]]) -> None:
+            for doc in docs:
+                if doc.get("kind") == "SpeakerConfig":
+                    doc["spec"]["onSigterm"] = action
+
+        self.edit_config(edit)
+
+    def edit_config(self, edit: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Rewrite the speakers' config file with ``edit`` (it changes the YAML documents
+        in place) and SIGHUP every running speaker, which re-reads it (the file is
+        replaced at once, so a speaker never reads half of it)."""
         path = self.dir / "config.yaml"
         docs = list(yaml.safe_load_all(path.read_text()))
-        for doc in docs:
-            if doc.get("kind") == "SpeakerConfig":
-                doc["spec"]["onSigterm"] = action
+        edit(docs)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump_all(docs, sort_keys=False))
         tmp.replace(path)
