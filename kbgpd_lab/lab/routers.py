@@ -278,8 +278,8 @@ class Router(ABC):
     def sessions_since(self) -> dict[IPAddress, str]:
         """Per Established neighbour, a mark of when its session came up: the same mark
         later means the session was never reset in between (FRR: its count of sessions
-        established and the epoch second it came up; BIRD: the protocol's since time,
-        to the millisecond). FRR and BIRD only."""
+        established; BIRD: the protocol's since time, to the millisecond). FRR and BIRD
+        only."""
         raise RouterError(f"{self.kind}: sessions_since() is not implemented")
 
     def restarting_peers(self) -> set[IPAddress]:
@@ -584,14 +584,14 @@ def _frr_neighbors(data: Mapping[str, Any]) -> Iterator[tuple[IPAddress, Mapping
 
 
 def parse_frr_since(data: Mapping[str, Any]) -> dict[IPAddress, str]:
-    """From ``show bgp neighbors json`` (FRR 8.4): per Established neighbour,
-    ``connectionsEstablished@bgpTimerUpEstablishedEpoch`` (a reset raises the count even
-    within the same second)."""
+    """From ``show bgp neighbors json`` (FRR 8.4): per Established neighbour, its count
+    of sessions established (``connectionsEstablished``: every reset raises it). Not
+    ``bgpTimerUpEstablishedEpoch``: FRR computes it as now minus the uptime, and it
+    moves by a second between two reads of one session."""
     out: dict[IPAddress, str] = {}
     for ip, info in _frr_neighbors(data):
         if info.get("bgpState") == "Established":
-            count = info.get("connectionsEstablished", "?")
-            out[ip] = f"{count}@{info.get('bgpTimerUpEstablishedEpoch', '?')}"
+            out[ip] = str(info.get("connectionsEstablished", "?"))
     return out
 
 

@@ -120,7 +120,7 @@ def test_sessions_since_marks_established_sessions_only() -> None:
         "fd00:99:250::11": {"bgpState": "Active", "connectionsEstablished": 1},
         "NODES": {"bgpState": "Established"},
     }
-    assert parse_frr_since(frr) == {ip("172.31.250.11"): "2@1764621000"}
+    assert parse_frr_since(frr) == {ip("172.31.250.11"): "2"}
 
 
 def test_bird_protocols_states_by_neighbor() -> None:
