@@ -26,6 +26,7 @@ API) plugs in there. Prints a JSON summary; everything it starts is removed at t
 from __future__ import annotations
 
 import argparse
+import datetime
 import ipaddress
 import json
 import os
@@ -94,6 +95,18 @@ def wait_count(ctl: BirdCtl, query: str, n: int, within: float = 300) -> float:
     return time.monotonic()
 
 
+def log_times(lab: Lab, event: str, after: float) -> list[float]:
+    """Wall-clock times of the speaker's ``event`` lines logged after ``after``."""
+    out = []
+    for line in (lab.dir / "node1" / "speaker.log").read_text(errors="replace").splitlines():
+        words = line.split()
+        if len(words) > 2 and words[2] == event:
+            stamp = datetime.datetime.fromisoformat(words[0].replace("Z", "+00:00"))
+            if stamp.timestamp() >= after:
+                out.append(stamp.timestamp())
+    return out
+
+
 def note(text: str) -> None:
     """Progress on stderr (the summary is the JSON on stdout)."""
     print(text, file=sys.stderr, flush=True)
@@ -147,9 +160,12 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
                 doc["spec"]["communities"] = [COMMUNITY]
 
     asn, value = COMMUNITY.split(":")
+    wall0 = time.time()
     t0 = change_config(lab, add_community, args.via)
     t1 = wait_count(ctl, f"bgp_community ~ [({asn}, {value})]", args.services)
     community_seconds = t1 - t0
+    # The SIGHUP path also re-reads the cluster dump (clusterfile.loaded), blocking.
+    reread = [t - wall0 for t in log_times(lab, "clusterfile.loaded", wall0)]
     community_reset = lab.router.sessions_since() != since
     community_restart = generation(lab) != gen
     note(f"community on every route after {community_seconds:.3f} s")
@@ -182,6 +198,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
                 "via": args.via,
                 "cold_start_all_routes_s": round(cold, 2),
                 "community_all_routes_s": round(community_seconds, 3),
+                "community_dump_reread_done_s": [round(x, 3) for x in reread],
                 "community_session_reset": community_reset,
                 "community_exabgp_restarted": community_restart,
                 "peer_edit_session_back_s": round(peer_seconds, 3),
