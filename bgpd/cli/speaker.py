@@ -90,6 +90,13 @@ def run(args: argparse.Namespace) -> int:
         setup_logging(args.log_format or str(file_config.speaker.log_format))
         for w in warnings:
             print(f"warning: {w}", file=sys.stderr)
+        # Known from the file: a usage error before the cluster is looked at.
+        problem = work_dir_problem(
+            Path(args.work_dir) if args.work_dir else file_config.speaker.work_dir
+        )
+        if problem is not None:
+            print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
+            return EXIT_CONFIG
     else:
         setup_logging(args.log_format or "text")
     if args.with_controller and args.cluster_file:

@@ -13,6 +13,11 @@ parameter), or block. It logs, and hands events to the ``emit`` callable it was 
 Inputs:
 
 * ``configure(neighbors)``: the sessions of the ExaBGP being started;
+* ``reload(neighbors, forgotten)``: the running ExaBGP re-reads its configuration in
+  place (bgpd.exabgp.reload): a ``reload`` command goes first, alone; once answered,
+  the ``forgotten`` peers (new to ExaBGP, or removed) hold nothing, and after
+  ``reload_settle`` the routes are planned again, so a new or re-keyed neighbour gets
+  all its routes and every other session is left alone;
 * ``apply(desired)`` / ``apply_changes(desired, changed)`` / ``set_mode(mode)``;
 * ``reset(at)``: a new ExaBGP starts with nothing (every route is replayed);
 * ``connect()`` / ``disconnect()``: a helper connection came or went (what was in flight
@@ -54,6 +59,7 @@ from bgpd.exabgp.plan import (
     eor_command,
     plan,
     probe_command,
+    reload_command,
     restrict,
 )
 from bgpd.exabgp.render import Neighbor
@@ -158,6 +164,18 @@ def _ignore(event: SpeakerEvent) -> None:
     """The default ``emit``: nobody listens."""
 
 
+#: The attributes an uncertain prefix counts as sent with (see DriverCore._reloaded):
+#: a MED no configuration can give (0 to 2^32-1), so no desired route equals it. Never
+#: written into a command: a plan withdraws such a prefix or announces the desired one.
+_UNCERTAIN = RouteAttributes(med=-1)
+
+#: Seconds between ExaBGP's answer to ``reload`` and the next command. ExaBGP answers at
+#: once and reloads at the top of its next reactor turn; a command read in the same turn
+#: as ``reload`` would still meet the old configuration (a new neighbour's announce would
+#: be refused). A turn takes milliseconds when idle.
+RELOAD_SETTLE = 0.1
+
+
 class DriverCore:
     """See the module docstring: the driver's state machine, fed by its transport."""
 
@@ -171,6 +189,7 @@ class DriverCore:
         stall_gap: float = STALL_GAP,
         probe_interval: float | None = PROBE_INTERVAL,
         emit: Callable[[SpeakerEvent], None] = _ignore,
+        reload_settle: float = RELOAD_SETTLE,
     ) -> None:
         self.node = node
         self.window = window
@@ -179,6 +198,7 @@ class DriverCore:
         self.stall_gap = stall_gap
         self.probe_interval = probe_interval
         self.emit = emit
+        self.reload_settle = reload_settle
         self.stats = DriverStats()
         self.mode = DriverMode.NORMAL
         #: A helper connection is there to write commands to.
@@ -219,6 +239,16 @@ class DriverCore:
         self._log_limiter = LogLimiter()
         #: One flapping warning per peer and FLAP_WINDOW.
         self._flap_limiter = LogLimiter(burst=1, period=FLAP_WINDOW)
+        #: Peers forgotten by the reload not sent yet (None: no reload due).
+        self._reload_due: set[PeerName] | None = None
+        #: Peers forgotten by the reload in flight (None: none in flight).
+        self._reload_sent: set[PeerName] | None = None
+        #: Per peer, prefixes ExaBGP may or may not hold after a reload (see _reloaded);
+        #: a prefix leaves the set when a command about it is answered.
+        self._uncertain: dict[PeerName, set[IPNetwork]] = {}
+        #: A reload was answered: hold commands for reload_settle from the next send.
+        self._settle_due = False
+        self._hold_until = 0.0
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -228,10 +258,31 @@ class DriverCore:
         self._sessions = {n.name: self._sessions.get(n.name, _Session()) for n in neighbors}
         self._mark_dirty()
 
+    def reload(self, neighbors: Sequence[Neighbor], forgotten: AbstractSet[PeerName]) -> None:
+        """The running ExaBGP re-reads its configuration file (already written) with these
+        sessions: ``reload`` is sent first, alone; once answered, the ``forgotten`` peers
+        (new to ExaBGP, or gone from it) hold nothing and everything is planned again.
+        Peers kept or reset by ExaBGP keep what it acknowledged (bgpd.exabgp.reload)."""
+        self._neighbors = {n.name: n for n in neighbors}
+        self._sessions = {n.name: self._sessions.get(n.name, _Session()) for n in neighbors}
+        self._eor_due &= set(self._neighbors)
+        self._reload_due = (self._reload_due or set()) | set(forgotten)
+        log(
+            _logger,
+            logging.INFO,
+            "driver.reload_due",
+            neighbors=len(neighbors),
+            forgotten=",".join(sorted(forgotten)),
+        )
+        self._mark_dirty()
+
     def reset(self, at: float) -> None:
         """A new ExaBGP is starting: it holds no route and no session, and no helper of
         the old one is connected."""
         self.connected = False
+        # It reads the configuration file as it is now: no reload is owed.
+        self._reload_due, self._reload_sent, self._settle_due = None, None, False
+        self._uncertain = {}
         self._acked = {}
         self._sent = {}
         self._queue.clear()
@@ -251,7 +302,12 @@ class DriverCore:
         self.connected = True
         self._in_flight.clear()
         self._queue.clear()
+        if self._reload_sent is not None:
+            # Its answer is lost with the connection: reloading again is harmless.
+            self._reload_due = (self._reload_due or set()) | self._reload_sent
+            self._reload_sent = None
         self._sent = _copy(self._acked)
+        self._sent_with_uncertain()
         self._mark_dirty()
 
     def disconnect(self) -> None:
@@ -266,6 +322,9 @@ class DriverCore:
             return
         self._overdue_seen = False  # an answer: ExaBGP is alive
         cmd = self._in_flight.popleft().command
+        if cmd.kind is CommandKind.RELOAD:
+            self._reloaded(done, at)
+            return
         if cmd.kind is CommandKind.PROBE:
             return
         if done:
@@ -273,6 +332,8 @@ class DriverCore:
                 self._eor_due.discard(cmd.peer)
                 log(_logger, logging.INFO, "driver.eor_sent", peer=cmd.peer)
             if cmd.peer is not None:
+                if cmd.peer in self._uncertain:
+                    self._uncertain[cmd.peer].difference_update(p for p, _ in cmd.changes)
                 acked = self._acked.setdefault(cmd.peer, {})
                 emit, node, peer = self.emit, self.node, cmd.peer
                 for prefix, attrs in cmd.changes:
@@ -296,11 +357,57 @@ class DriverCore:
                 sent = self._sent.setdefault(cmd.peer, {})
                 have = self._acked.get(cmd.peer, {})
                 self._retry.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
+                unsure = self._uncertain.get(cmd.peer, set())
                 for prefix, _ in cmd.changes:
                     if prefix in have:
                         sent[prefix] = have[prefix]
+                    elif prefix in unsure:
+                        sent[prefix] = _UNCERTAIN
                     else:
                         sent.pop(prefix, None)
+
+    def _reloaded(self, done: bool, at: float) -> None:
+        """ExaBGP answered ``reload`` (nothing else was in flight: it goes alone) and
+        reloads at the top of its next turn, from the file as it is then: the newest one,
+        possibly newer than the one this reload was sent for. So: a peer no longer
+        configured holds nothing; a forgotten peer that is configured (new to ExaBGP, or
+        re-keyed) may hold nothing or, had a newer file put its old neighbour back, what
+        it held: its prefixes become uncertain (announced again if wanted, withdrawn if
+        not). Everything is planned again after the settle."""
+        forgotten, self._reload_sent = self._reload_sent or set(), None
+        if not done:
+            # ExaBGP 5.0.15 always answers done; should one refuse, ask again.
+            log(_logger, logging.ERROR, "driver.reload_refused")
+            self._reload_due = (self._reload_due or set()) | forgotten
+            return
+        for peer in sorted(set(self._acked) | set(self._uncertain) | forgotten):
+            if peer not in self._neighbors:
+                self._uncertain.pop(peer, None)
+                self._forget(peer, at)
+            elif peer in forgotten:
+                held = self._forget(peer, at)
+                self._uncertain.setdefault(peer, set()).update(held)
+        self._sent_with_uncertain()
+        self._settle_due = True
+        log(_logger, logging.INFO, "driver.reloaded", forgotten=",".join(sorted(forgotten)))
+        self._mark_dirty()
+
+    def _forget(self, peer: PeerName, at: float) -> list[IPNetwork]:
+        """This peer's routes are no longer known to be in ExaBGP's adj-rib-out (its
+        session closed, or is a new one): returns the prefixes it had acknowledged."""
+        self._sent.pop(peer, None)
+        held = list(self._acked.pop(peer, {}))
+        for prefix in held:
+            self.emit(RouteEvent(self.node, peer, prefix, RouteChange.WITHDRAWN, None, at))
+        return held
+
+    def _sent_with_uncertain(self) -> None:
+        """Uncertain prefixes count as sent with attributes nothing equals (_UNCERTAIN):
+        the plan announces them again if wanted and withdraws them if not."""
+        for peer, prefixes in self._uncertain.items():
+            sent = self._sent.setdefault(peer, {})
+            for p in prefixes:
+                sent.setdefault(p, _UNCERTAIN)
 
     def on_event(self, doc: Mapping[str, Any], at: float) -> None:
         """One of ExaBGP's JSON messages: session states matter (an established
@@ -522,6 +629,12 @@ class DriverCore:
         probe): it is hung, whether or not the restart was asked for yet."""
         return self._overdue(now)
 
+    def hold_remaining(self, now: float) -> float:
+        """Seconds until commands may follow an answered reload (0: none held)."""
+        if self._settle_due:
+            return self.reload_settle
+        return max(0.0, self._hold_until - now)
+
     def _overdue(self, now: float) -> bool:
         return bool(self._in_flight) and now - self._in_flight[0].sent_at > self.ack_timeout
 
@@ -532,6 +645,18 @@ class DriverCore:
         matched in order). Nothing while disconnected or while an answer is overdue."""
         out: list[Command] = []
         if not self.connected or self._overdue(now):
+            return out
+        if self._reload_due is not None or self._reload_sent is not None:
+            if not self._in_flight and self._reload_due is not None:
+                cmd = reload_command()
+                self._reload_sent, self._reload_due = self._reload_due, None
+                self._record_sent(cmd, now)
+                out.append(cmd)
+            return out
+        if self._settle_due:
+            self._settle_due = False
+            self._hold_until = now + self.reload_settle
+        if now < self._hold_until:
             return out
         eff: Routes | None = None
         if self._dirty:

@@ -15,6 +15,10 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
 * ``driver.configure(neighbors)``: the sessions ExaBGP has (from render.Rendering).
 * ``driver.reset(generation)``: called by the Supervisor before every ExaBGP start;
   ExaBGP keeps nothing across a restart, so everything is replayed.
+* ``driver.reload(neighbors, forgotten)``: the running ExaBGP reloads its (rewritten)
+  configuration in place: ``reload`` goes first and alone, then the routes of the
+  ``forgotten`` peers (new to ExaBGP, or removed) are planned again; every other session
+  keeps its routes (bgpd.exabgp.reload, DriverCore.reload).
 * ``driver.apply(desired)``: the whole desired route set (peer -> prefix -> attributes).
   Never blocks; the sender converges in the background.
   ``driver.apply_changes(desired, changed)``: the same when only the prefixes in
@@ -161,6 +165,11 @@ class ExaBGPDriver:
     def configure(self, neighbors: Sequence[Neighbor]) -> None:
         """The sessions of the ExaBGP being started (call before reset() of that start)."""
         self.core.configure(neighbors)
+        self._changed()
+
+    def reload(self, neighbors: Sequence[Neighbor], forgotten: AbstractSet[PeerName]) -> None:
+        """The running ExaBGP is to reload its configuration in place (DriverCore.reload)."""
+        self.core.reload(neighbors, forgotten)
         self._changed()
 
     def reset(self, generation: int) -> None:
@@ -342,8 +351,10 @@ class ExaBGPDriver:
         while True:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation
             # that races with its timeout, and this loop would then never end.
+            # Sooner when commands are held after a reload (DriverCore.hold_remaining).
+            held = self.core.hold_remaining(time.monotonic())
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.5):
+                async with asyncio.timeout(held if 0 < held < 0.5 else 0.5):
                     await self._wake.wait()
             self._wake.clear()
             self._step()

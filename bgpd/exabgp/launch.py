@@ -1,7 +1,7 @@
 """Start ExaBGP in this interpreter with two verified hot spots made cheaper, or unmodified.
 
 ``python -m bgpd.exabgp.launch server CONF`` is ``python -m exabgp server CONF`` after
-two changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts in a
+three changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts in a
 neighbour's adj-rib-out (about 60 objects per route), which profiling showed to be about
 half of ExaBGP's CPU time when it takes 10,000 routes from the API (docs/benchmarks.md).
 The copy exists so the per-neighbour next-hop rewrite ("next-hop self") cannot leak into
@@ -9,7 +9,9 @@ the shared parsed route or into another neighbour's copy. The replacement keeps 
 that guarantee with shallow copies of the three objects the rest of ExaBGP ever assigns
 to (the Change, its NLRI and its attribute set): the attribute and NLRI field objects are
 never mutated in place after parsing. Second, the reactor may run :data:`ASYNC_STEPS`
-queued route steps per loop turn instead of 50 (see there).
+queued route steps per loop turn instead of 50 (see there). Third, a configuration reload
+is never skipped because updates are still queued (:func:`no_pending_adjribout`): the
+speaker reloads ExaBGP in place (bgpd/exabgp/reload.py) and must know it happened.
 
 The launcher fails open: it must never be the reason ExaBGP does not start. Both changes
 are applied only when the source of every ExaBGP function and class the replacement
@@ -17,8 +19,10 @@ calls or assumes (:data:`RELIED_ON`) is byte-for-byte what it was checked agains
 (ExaBGP 5.0.15, pinned in pyproject.toml); a changed or missing source (an ExaBGP
 installed without its .py files), ``$KUBE_BGPD_EXABGP_UNMODIFIED`` set, or any exception
 while checking or patching means ExaBGP runs unmodified, correct and slower with many
-routes. The launcher then prints one line with "warning" and the reason on stderr, which
-the supervisor logs at WARNING. It also compares the route steps the driver may keep
+routes. The launcher then prints one line with "warning" and the reason on stderr
+(starting with :data:`UNMODIFIED_MARK`), which the supervisor logs at WARNING and the
+runtime reads: an unmodified ExaBGP is restarted for a configuration change instead of
+reloaded. It also compares the route steps the driver may keep
 queued (``$KUBE_BGPD_EXABGP_STEPS``, set by the runtime) with the step limit in force in
 this ExaBGP, read from its reactor class, and says so when a turn cannot take them all.
 
@@ -43,6 +47,8 @@ from typing import Any
 UNMODIFIED_ENV = "KUBE_BGPD_EXABGP_UNMODIFIED"
 #: The most route steps the driver keeps queued in ExaBGP (:func:`queued_steps`).
 STEPS_ENV = "KUBE_BGPD_EXABGP_STEPS"
+#: How the launcher's line begins when ExaBGP runs unmodified (the runtime looks for it).
+UNMODIFIED_MARK = "kube-bgpd launcher warning: running ExaBGP unmodified"
 
 #: sha256 of ``inspect.getsource`` of each ExaBGP function or class the replacement calls
 #: or relies on, in the release it was verified against (5.0.15). Whole classes where
@@ -92,6 +98,19 @@ RELIED_ON: Mapping[str, str] = {
     # The reactor's step loop: runs LIMIT queued steps a turn, LIMIT read per turn.
     "exabgp.reactor.asynchronous:ASYNC": (
         "0516fc1478a4d2f6ff6b9b0284cf72d343181c638690bbf878341e4ae946c993"
+    ),
+    # The reload made reliable (no_pending_adjribout): the check it replaces, its only
+    # caller (the main loop, which re-arms the signal before consulting it, so a reload
+    # refused there is lost) and the reload itself (what it does to each neighbour:
+    # bgpd/exabgp/reload.py).
+    "exabgp.reactor.loop:Reactor._pending_adjribout": (
+        "1eca799614b5b01c8fe9b0c294f490185264394dca086b92cc1ed0484b41f8a3"
+    ),
+    "exabgp.reactor.loop:Reactor.run": (
+        "2be669a4812a5c6d00309f7c19de90f9731ce222d345e307dbdecd2a892857c8"
+    ),
+    "exabgp.reactor.loop:Reactor.reload": (
+        "9d31059186ff3252436c996c286e7ea27f5df66f6893e48de86e4ae057f9cf23"
     ),
 }
 
@@ -221,19 +240,36 @@ def remove_self(self: Any, changes: Any) -> Any:
     return change
 
 
+def no_pending_adjribout(self: Any) -> bool:
+    """``Reactor._pending_adjribout`` for a reactor whose routes all come from the API:
+    never "still sending". ExaBGP 5.0.15's main loop re-arms the signal (or the ``reload``
+    command's request) and then skips the reload while any active neighbour has
+    updates queued; the request is then lost, not deferred. A neighbour that is down
+    with routes queued for it has updates queued until it comes back, so with a router
+    down a reload never happened (measured: a neighbour added then was refused every
+    announce). The wait exists for the static routes of the previous reload, and our
+    configuration has none: reloading at once is what the driver counts on."""
+    return False
+
+
 def _install() -> None:
-    """Replace ``Neighbor.remove_self`` and raise the reactor's step limit, both or
-    neither: an exception half way puts the first back before it propagates."""
+    """Replace ``Neighbor.remove_self``, raise the reactor's step limit and make its
+    reload reliable, all or none: an exception half way puts back what was replaced
+    before it propagates."""
     from exabgp.bgp.neighbor import Neighbor
     from exabgp.reactor.asynchronous import ASYNC
+    from exabgp.reactor.loop import Reactor
 
     original = Neighbor.__dict__["remove_self"]
+    pending = Reactor.__dict__["_pending_adjribout"]
     Neighbor.remove_self = remove_self
     try:
         _exabgp_types()
+        Reactor._pending_adjribout = no_pending_adjribout
         ASYNC.LIMIT = step_limit(ASYNC.LIMIT)
     except BaseException:
         Neighbor.remove_self = original
+        Reactor._pending_adjribout = pending
         raise
 
 
@@ -266,7 +302,11 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
     limit = _step_limit_in_force()
     notes = [steps_note(wanted_steps(environ), limit)] if limit is not None else []
     if reason is not None:
-        notes.insert(0, f"running ExaBGP unmodified ({reason}: {detail}); slower with many routes")
+        notes.insert(
+            0,
+            f"running ExaBGP unmodified ({reason}: {detail}); slower with many routes, "
+            "restarted for every configuration change",
+        )
     line = "; ".join(note for note in notes if note)
     if line:
         # "warning" makes the supervisor relay the line at WARNING level; one line, so

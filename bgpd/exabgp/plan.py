@@ -40,6 +40,7 @@ class CommandKind(StrEnum):
     CLEAR = "clear"
     #: A liveness probe of an idle ExaBGP (probe_command()).
     PROBE = "probe"
+    RELOAD = "reload"
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +151,13 @@ def probe_command() -> Command:
     comment (``#``, reactor/api/command/reactor.py), so an idle ExaBGP whose reactor hung
     is noticed by the missing answer, as a busy one is by its route commands."""
     return Command(text="#", kind=CommandKind.PROBE, peer=None, sync=True)
+
+
+def reload_command() -> Command:
+    """Have ExaBGP re-read its configuration file in place (bgpd.exabgp.reload says what
+    that does to each neighbour). Synchronous: answered at once, the reload itself done at
+    the top of ExaBGP's next reactor turn."""
+    return Command(text="reload", kind=CommandKind.RELOAD, peer=None, sync=True)
 
 
 def delta(

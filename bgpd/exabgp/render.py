@@ -98,6 +98,17 @@ class Neighbor:
     def graceful_restart(self) -> bool:
         return self.peer.enable_graceful_restart
 
+    @property
+    def session_key(self) -> str:
+        """The name ExaBGP 5.0.15 keys this neighbour by (``Neighbor.name()``): its peer
+        address, local address, both ASNs and router-id. A reload that changes any of
+        them is a removed neighbour and a new one to ExaBGP (bgpd.exabgp.reload)."""
+        return (
+            f"neighbor {self.peer.peer_address} local-ip {self.local_address} "
+            f"local-as {self.peer.my_asn} peer-as {self.peer.peer_asn} "
+            f"router-id {self.router_id} family-allowed in-open"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Rendering:
@@ -107,6 +118,11 @@ class Rendering:
     env: Mapping[str, str]
     neighbors: tuple[Neighbor, ...]
     warnings: tuple[str, ...] = ()
+    #: The text before the neighbour blocks (the API process); a reload keeps ExaBGP's
+    #: processes as they are, so a change here takes a restart (bgpd.exabgp.reload).
+    header: str = ""
+    #: Each neighbour's block of the text, by peer name.
+    blocks: Mapping[PeerName, str] = field(default_factory=dict)
 
 
 def resolve_neighbors(
@@ -205,17 +221,22 @@ def render_config(neighbors: Sequence[Neighbor], *, helper_argv: Sequence[str]) 
         "    encoder json;",
         "}",
     ]
+    header = "\n".join(lines) + "\n"
     warnings: list[str] = []
+    blocks: dict[PeerName, str] = {}
     for n in sorted(neighbors, key=lambda n: n.name):
         block, w = _neighbor_block(n)
         lines.append("")
         lines += block
+        blocks[n.name] = "\n".join(block) + "\n"
         warnings += w
     return Rendering(
         config="\n".join(lines) + "\n",
         env={},
         neighbors=tuple(sorted(neighbors, key=lambda n: n.name)),
         warnings=tuple(warnings),
+        header=header,
+        blocks=blocks,
     )
 
 
@@ -272,5 +293,10 @@ def render(
     )
     r = render_config(neighbors, helper_argv=helper_argv)
     return Rendering(
-        config=r.config, env=r.env, neighbors=r.neighbors, warnings=warnings + r.warnings
+        config=r.config,
+        env=r.env,
+        neighbors=r.neighbors,
+        warnings=warnings + r.warnings,
+        header=r.header,
+        blocks=r.blocks,
     )

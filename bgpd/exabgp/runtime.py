@@ -5,9 +5,10 @@ The speaker (and the component tests and the benchmark) hold one ``ExaBGPRuntime
 * ``configure(rendering)`` writes ExaBGP's configuration (mode 0600: it may hold MD5
   keys; bgpd.exabgp.workdir.write_private, never through a planted symlink) into the work
   dir, raising OSError with nothing changed when it cannot, and tells the driver which
-  sessions exist; if ExaBGP runs and the text changed, ExaBGP is restarted and the driver
-  replays (SIGUSR1 reload would not give a new neighbour the routes sent earlier
-  through the API: lab notes);
+  sessions exist. If ExaBGP runs and the text changed, it is reloaded in place
+  (bgpd.exabgp.reload: only the neighbours that changed are touched; the driver re-sends
+  the routes of new ones, which a reload leaves empty), or restarted when the change
+  cannot be reloaded (the reason is returned; the driver then replays everything);
 * ``run()`` is the long-lived task: the driver's socket and sender plus the supervisor;
 * ``stop(withdraw=True, retain_graceful=False)`` is the graceful stop: withdraw everything
   (retaining: only from peers without graceful restart), wait for the acks and the flush,
@@ -27,11 +28,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bgpd.exabgp.driver import ExaBGPDriver
-from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, queued_steps
+from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, UNMODIFIED_MARK, queued_steps
+from bgpd.exabgp.reload import ConfigAction, Reconfiguration, reconfiguration
 from bgpd.exabgp.render import Rendering, render_env
 from bgpd.exabgp.supervisor import Supervisor
 from bgpd.exabgp.workdir import write_private
-from bgpd.model import NodeName
+from bgpd.model import IPAddress, NodeName
 
 CONFIG_NAME = "exabgp.conf"
 SOCKET_NAME = "exabgp-api.sock"
@@ -57,6 +59,12 @@ def work_dir_problem(work_dir: Path) -> str | None:
 def helper_argv() -> list[str]:
     """How ExaBGP starts the helper: this interpreter, so the venv's kube-bgpd is found."""
     return [sys.executable, "-m", "bgpd.exabgp.helper"]
+
+
+def launched(argv: Sequence[str]) -> bool:
+    """ExaBGP starts through our launcher (bgpd.exabgp.launch), whose reload is the one
+    bgpd.exabgp.reload describes; any other binary is restarted for every change."""
+    return list(argv[1:3]) == ["-m", "bgpd.exabgp.launch"]
 
 
 def exabgp_argv(binary: str) -> list[str]:
@@ -88,6 +96,7 @@ class ExaBGPRuntime:
         max_crashes: int = 5,
         crash_window: float = 60.0,
         listen: bool = False,
+        reload_in_place: bool = True,
     ) -> None:
         problem = work_dir_problem(work_dir)
         if problem is not None:
@@ -103,7 +112,12 @@ class ExaBGPRuntime:
         work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.config_path = work_dir / CONFIG_NAME
         self.listen = listen
+        #: Off: every configuration change restarts ExaBGP (the behaviour before reloads;
+        #: the benchmark compares both).
+        self.reload_in_place = reload_in_place
         self.rendering: Rendering | None = None
+        #: The addresses the running ExaBGP was started listening on.
+        self._listening: list[IPAddress] = []
         self.driver = ExaBGPDriver(
             node=node,
             socket_path=work_dir / SOCKET_NAME,
@@ -112,48 +126,87 @@ class ExaBGPRuntime:
             ack_timeout=ack_timeout,
             flush_delay=flush_delay,
         )
+        argv = exabgp_argv(exabgp_binary)
+        #: The running ExaBGP reloads reliably: started through the launcher, and the
+        #: launcher did not say it runs ExaBGP unmodified (see _on_output).
+        self._reloads = launched(argv)
+        self._launched = self._reloads
         self.supervisor = Supervisor(
-            argv=[*exabgp_argv(exabgp_binary), "server", str(self.config_path)],
+            argv=[*argv, "server", str(self.config_path)],
             env=self._env,
             cwd=work_dir,
             prefix=prefix,
-            on_start=self.driver.reset,
+            on_start=self._on_start,
+            on_output=self._on_output,
             stop_timeout=stop_timeout,
             max_crashes=max_crashes,
             crash_window=crash_window,
         )
         self.driver.on_dead = self.supervisor.kill
 
-    def _env(self, generation: int) -> dict[str, str]:
+    def _on_start(self, generation: int) -> None:
+        self._reloads = self._launched
+        self.driver.reset(generation)
+
+    def _on_output(self, line: str) -> None:
+        """An unmodified ExaBGP (the launcher's warning) may skip a reload silently while
+        updates are queued (launch.no_pending_adjribout): restart it for changes."""
+        if UNMODIFIED_MARK in line:
+            self._reloads = False
+
+    def _listen(self, rendering: Rendering | None) -> list[IPAddress]:
+        """The addresses ExaBGP listens on for this rendering (its environment)."""
+        if rendering is None or not self.listen:
+            return []
         # ExaBGP's listener is in the default VRF: a VRF session's address cannot be bound
         # there (the kernel says EADDRNOTAVAIL), so that session only connects out.
-        neighbors = self.rendering.neighbors if self.rendering else ()
-        listen = [n.local_address for n in neighbors if n.peer.vrf is None]
+        return [n.local_address for n in rendering.neighbors if n.peer.vrf is None]
+
+    def _env(self, generation: int) -> dict[str, str]:
+        self._listening = self._listen(self.rendering)
         env = render_env(
             socket_path=str(self.driver.socket_path),
             generation=generation,
             as_root=os.geteuid() == 0,
-            listen=listen if self.listen else (),
+            listen=self._listening,
         )
         # For the launcher's check against the step limit in force in that ExaBGP.
         env[STEPS_ENV] = str(self.queued_steps)
         return env
 
-    def configure(self, rendering: Rendering) -> bool:
-        """Install a rendering; returns True if ExaBGP must (and will) restart for it."""
-        changed = self.rendering is None or rendering.config != self.rendering.config
-        if not changed:
-            self.rendering = rendering
-            return False
+    def configure(self, rendering: Rendering) -> Reconfiguration:
+        """Install a rendering; returns what it does to a running ExaBGP: nothing (the
+        text is the same, or ExaBGP is not running: it reads the file when it starts), a
+        reload in place, or a restart with its reason (bgpd.exabgp.reload)."""
+        before = self.rendering
+        if before is None:
+            verdict = Reconfiguration(ConfigAction.NONE)
+        else:
+            verdict = reconfiguration(
+                before,
+                rendering,
+                listen_before=self._listening,
+                listen_after=self._listen(rendering),
+                reload_available=self.reload_in_place and self._reloads,
+            )
+            if verdict.action is ConfigAction.NONE:
+                self.rendering = rendering
+                return verdict
         # An OSError (a full work directory) leaves everything as it was: the running
         # ExaBGP keeps its file and sessions, and the caller retries (bgpd.speaker.app).
         write_private(self.config_path, rendering.config)
         self.rendering = rendering
+        if self.supervisor.pid is None:
+            # Not running (not started yet, or between a crash and its restart): the
+            # next start reads the new file and the driver replays everything.
+            self.driver.configure(rendering.neighbors)
+            return Reconfiguration(ConfigAction.NONE)
+        if verdict.action is ConfigAction.RELOAD:
+            self.driver.reload(rendering.neighbors, verdict.forgotten)
+            return verdict
         self.driver.configure(rendering.neighbors)
-        if self.supervisor.pid is not None:
-            self.supervisor.restart()
-            return True
-        return False
+        self.supervisor.restart()
+        return verdict
 
     async def run(self) -> None:
         """Serve the helper socket, send commands, keep ExaBGP running."""

@@ -80,6 +80,7 @@ class Supervisor:
         cwd: Path,
         prefix: Sequence[str] = (),
         on_start: Callable[[int], None] | None = None,
+        on_output: Callable[[str], None] | None = None,
         backoff_base: float = 0.2,
         backoff_cap: float = 30.0,
         max_crashes: int = 5,
@@ -91,6 +92,9 @@ class Supervisor:
         self.cwd = cwd
         self.prefix = list(prefix)
         self.on_start = on_start
+        #: Sees each line ExaBGP prints (after it is logged): the runtime looks for the
+        #: launcher's "unmodified" line.
+        self.on_output = on_output
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.max_crashes = max_crashes
@@ -148,6 +152,8 @@ class Supervisor:
             if " error" in lowered or " err " in lowered or "warning" in lowered:
                 level = logging.WARNING
             log(_logger, level, "exabgp.log", pid=proc.pid, line=text)
+            if self.on_output is not None:
+                self.on_output(text)
 
     def _backoff(self) -> float:
         delay = min(self.backoff_cap, self.backoff_base * 2.0 ** max(0, self._consecutive - 1))

@@ -37,7 +37,8 @@ Each pass is consumed from what the reconciler returns (bgpd.reconciler.Pass bef
 apply, PassResult after it), never by reading the reconciler back: before the apply the
 source observes the decision (Events) and ExaBGP's configuration is rendered from
 RenderInputs (bgpd.speaker.render_inputs) for this Node (its labels and addresses select
-peers; ExaBGP restarts only if the text changed); after it, the metrics, the drain
+peers; a changed text is reloaded in place, or restarts ExaBGP when it cannot be:
+bgpd.exabgp.reload); after it, the metrics, the drain
 annotation (bgpd.speaker.drain, the one owner of the drain rules) and the convergence
 timing. Optional abilities of the source are Protocols tested once here
 (bgpd.speaker.source).
@@ -65,6 +66,7 @@ from bgpd.config.reload import reload_config
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
+from bgpd.exabgp.reload import ConfigAction
 from bgpd.exabgp.render import Rendering, render
 from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.explain import decision_json
@@ -398,7 +400,7 @@ class Speaker:
             self._write_retry.cancel()
             self._write_retry = None
         try:
-            restarted = self.runtime.configure(rendering)
+            verdict = self.runtime.configure(rendering)
         except OSError as exc:
             delay = backoff_delay(self._write_failures, base=1.0, cap=60.0)
             self._write_failures += 1
@@ -419,8 +421,21 @@ class Speaker:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._write_failures = 0
         self.write_error = ""
-        if restarted:
-            log(_logger, logging.INFO, "exabgp.reconfigured", neighbors=len(rendering.neighbors))
+        if verdict.action is not ConfigAction.NONE:
+            # What the change does to each session (bgpd.exabgp.reload); a restart
+            # resets all of them, and says why it could not be a reload.
+            log(
+                _logger,
+                logging.WARNING if verdict.action is ConfigAction.RESTART else logging.INFO,
+                "exabgp.reconfigured",
+                action=str(verdict.action),
+                reason=str(verdict.reason or ""),
+                neighbors=len(rendering.neighbors),
+                added=",".join(sorted(verdict.added)),
+                removed=",".join(sorted(verdict.removed)),
+                reset=",".join(sorted(verdict.reset)),
+                kept=",".join(sorted(verdict.kept)),
+            )
         self.rendered.set()
 
     def _after_apply(self, result: PassResult) -> None:

@@ -29,7 +29,7 @@ Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
 ``set_on_sigterm(action)``, ``config_documents()`` + ``apply_config(docs)``,
-``kubectl(*args)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``edit_config(edit)``, ``kubectl(*args)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
 ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
 ``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
@@ -46,7 +46,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -837,6 +837,14 @@ class Lab:
         for doc in docs:
             if doc.get("kind") == "SpeakerConfig":
                 doc["spec"]["onSigterm"] = action
+        self.apply_config(docs)
+
+    def edit_config(self, edit: Callable[[list[dict[str, Any]]], None]) -> None:
+        """Change the configuration documents with ``edit`` (in place) and put them in
+        force on every running speaker (apply_config: kubectl apply, or the file and a
+        SIGHUP)."""
+        docs = self.config_documents()
+        edit(docs)
         self.apply_config(docs)
 
     def _config_args(self) -> list[str]:

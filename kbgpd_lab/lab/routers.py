@@ -53,7 +53,7 @@ import tempfile
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -275,11 +275,12 @@ class Router(ABC):
         UPDATE messages, BIRD counts route updates plus withdrawals.
         """
 
-    def sessions(self) -> dict[IPAddress, str]:
-        """Per Established neighbour, a token that changes whenever its session is
-        established again (FRR: connections established; BIRD: the protocol and the time
-        it came up): equal before and after means no session was reset in between."""
-        raise RouterError(f"{self.kind}: sessions() is not implemented")
+    def sessions_since(self) -> dict[IPAddress, str]:
+        """Per Established neighbour, a mark of when its session came up: the same mark
+        later means the session was never reset in between (FRR: its count of sessions
+        established; BIRD: the protocol's since time, to the millisecond). FRR and BIRD
+        only."""
+        raise RouterError(f"{self.kind}: sessions_since() is not implemented")
 
     def restarting_peers(self) -> set[IPAddress]:
         """Neighbours whose routes the router still holds for graceful restart (RFC 4724):
@@ -556,40 +557,42 @@ class FRRRouter(Router):
 
     def neighbors(self) -> dict[IPAddress, str]:
         data = self.vtysh_json("show bgp neighbors json")
-        out: dict[IPAddress, str] = {}
-        for addr, info in data.items():
-            try:
-                ip = ipaddress.ip_address(addr)
-            except ValueError:
-                continue  # peer-group entries
-            out[ip] = str(info.get("bgpState", "?"))
-        return out
+        return {ip: str(info.get("bgpState", "?")) for ip, info in _frr_neighbors(data)}
 
     def changes_received(self) -> dict[IPAddress, int]:
         data = self.vtysh_json("show bgp neighbors json")
-        out: dict[IPAddress, int] = {}
-        for addr, info in data.items():
-            try:
-                ip = ipaddress.ip_address(addr)
-            except ValueError:
-                continue
-            out[ip] = int(info.get("messageStats", {}).get("updatesRecv", 0))
-        return out
+        return {
+            ip: int(info.get("messageStats", {}).get("updatesRecv", 0))
+            for ip, info in _frr_neighbors(data)
+        }
 
     def restarting_peers(self) -> set[IPAddress]:
         return parse_frr_restarting(self.vtysh_json("show bgp neighbors json"))
 
-    def sessions(self) -> dict[IPAddress, str]:
-        data = self.vtysh_json("show bgp neighbors json")
-        out: dict[IPAddress, str] = {}
-        for addr, info in data.items():
-            try:
-                ip = ipaddress.ip_address(addr)
-            except ValueError:
-                continue
-            if info.get("bgpState") == "Established":
-                out[ip] = str(info.get("connectionsEstablished", "?"))
-        return out
+    def sessions_since(self) -> dict[IPAddress, str]:
+        return parse_frr_since(self.vtysh_json("show bgp neighbors json"))
+
+
+def _frr_neighbors(data: Mapping[str, Any]) -> Iterator[tuple[IPAddress, Mapping[str, Any]]]:
+    """The neighbours of ``show bgp neighbors json`` by address (peer groups left out)."""
+    for addr, info in data.items():
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            continue  # peer-group entries
+        yield ip, info
+
+
+def parse_frr_since(data: Mapping[str, Any]) -> dict[IPAddress, str]:
+    """From ``show bgp neighbors json`` (FRR 8.4): per Established neighbour, its count
+    of sessions established (``connectionsEstablished``: every reset raises it). Not
+    ``bgpTimerUpEstablishedEpoch``: FRR computes it as now minus the uptime, and it
+    moves by a second between two reads of one session."""
+    out: dict[IPAddress, str] = {}
+    for ip, info in _frr_neighbors(data):
+        if info.get("bgpState") == "Established":
+            out[ip] = str(info.get("connectionsEstablished", "?"))
+    return out
 
 
 def parse_frr_restarting(data: Mapping[str, Any]) -> set[IPAddress]:
@@ -754,8 +757,8 @@ class BirdRouter(Router):
     def restarting_peers(self) -> set[IPAddress]:
         return parse_bird_restarting(self.birdc("show protocols all"))
 
-    def sessions(self) -> dict[IPAddress, str]:
-        return parse_bird_sessions(self.birdc("show protocols all"))
+    def sessions_since(self) -> dict[IPAddress, str]:
+        return parse_bird_since(self.birdc("show protocols all"))
 
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
@@ -822,22 +825,20 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
     return out
 
 
-def parse_bird_sessions(text: str) -> dict[IPAddress, str]:
-    """Established neighbour -> "<protocol> <since>" from ``birdc show protocols all``:
-    a dynamic neighbour gets a new protocol on every new session, and the since column
-    changes when a static one comes up again."""
+def parse_bird_since(text: str) -> dict[IPAddress, str]:
+    """Per Established neighbour, the since column of its protocol's line in ``birdc
+    show protocols all`` (BIRD 2's default time format has milliseconds)."""
     out: dict[IPAddress, str] = {}
-    header = ""
-    state: str | None = None
+    since, established = "", False
     for line in text.splitlines():
         s = line.strip()
         if line and not line[0].isspace():
-            header = " ".join(line.split())
-            state = None
-        elif s.startswith("BGP state:"):
-            state = s.split(":", 1)[1].strip()
-        elif s.startswith("Neighbor address:") and state == "Established":
-            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = header
+            words = line.split()
+            # Name Proto Table State Since(date and/or time) Info
+            since = " ".join(words[4:-1]) if len(words) > 5 and words[1] == "BGP" else ""
+            established = bool(since) and words[-1] == "Established"
+        elif s.startswith("Neighbor address:") and since and established:
+            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = since
     return out
 
 

@@ -60,7 +60,7 @@ def test_too_many_communities_cost_no_route_and_no_session(
     lab = make_lab(router=router, ipv6=False, services=[WEB, API])
     for svc in lab.services:
         lab.wait_service(svc)
-    sessions = lab.router.sessions()
+    sessions = lab.router.sessions_since()
     assert len(sessions) == 3
     web, api = lab.services
     (api_ip,) = api.ips
@@ -75,7 +75,7 @@ def test_too_many_communities_cost_no_route_and_no_session(
         poll=0.2,
         what="the communities at the router from every node",
     )
-    assert lab.router.sessions() == sessions
+    assert lab.router.sessions_since() == sessions
 
     # 17,000: refused on every node (the notice), the last valid communities kept.
     annotate(lab, api, communities(17_000))
@@ -92,4 +92,4 @@ def test_too_many_communities_cost_no_route_and_no_session(
     assert paths_with_all(lab, net, wanted) == 3
     for svc in (web, api):
         lab.wait_service(svc, timeout=5)
-    assert lab.router.sessions() == sessions
+    assert lab.router.sessions_since() == sessions

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
 from exabgp.logger import log
 from exabgp.reactor.asynchronous import ASYNC
+from exabgp.reactor.loop import Reactor
 
 from bgpd.exabgp import launch
 
@@ -109,6 +111,10 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
     assert b.nlri.action == change.nlri.action != 2
 
 
+#: ExaBGP's own check, before any test patched it.
+PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
+
+
 @pytest.fixture
 def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Whatever a test's patch() does to ExaBGP's classes is undone after it; yields the
@@ -116,6 +122,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     original = Neighbor.__dict__["remove_self"]
     monkeypatch.setattr(Neighbor, "remove_self", original)
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
+    monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
     return original
 
 
@@ -131,7 +138,24 @@ def test_installed_exabgp_is_the_verified_one(
     assert launch.patch({launch.STEPS_ENV: str(launch.queued_steps(4, 100))}) is None
     assert Neighbor.remove_self is launch.remove_self
     assert launch.ASYNC_STEPS == ASYNC.LIMIT
+    assert Reactor._pending_adjribout is launch.no_pending_adjribout
     assert warning_lines(capsys) == []
+
+
+def test_the_reload_check_has_one_caller_the_main_loop() -> None:
+    """no_pending_adjribout changes only whether the main loop reloads at once: ExaBGP
+    calls the check in exactly one place (Reactor.run, whose source is pinned too)."""
+    import exabgp
+
+    root = Path(exabgp.__file__).parent
+    calls = [
+        (path.relative_to(root), line.strip())
+        for path in sorted(root.rglob("*.py"))
+        for line in path.read_text().splitlines()
+        if "_pending_adjribout(" in line and "def _pending_adjribout" not in line
+    ]
+    assert calls == [(Path("reactor/loop.py"), "if self._pending_adjribout():")]
+    assert "exabgp.reactor.loop:Reactor.run" in launch.RELIED_ON
 
 
 def test_every_class_the_replacement_copies_or_builds_is_hashed() -> None:
@@ -236,6 +260,7 @@ def assert_unmodified(
     assert reason is want
     assert Neighbor.remove_self is original
     assert ASYNC.LIMIT == 50
+    assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
     # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
     [line] = warning_lines(capsys)
     assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")

@@ -17,8 +17,10 @@ from kbgpd_lab.lab.routers import (
     parse_bird_protocols,
     parse_bird_restarting,
     parse_bird_routes,
+    parse_bird_since,
     parse_frr_path,
     parse_frr_restarting,
+    parse_frr_since,
     parse_gobgp_path,
     router_config,
 )
@@ -105,6 +107,20 @@ def test_bird_changes_received_count_updates_and_withdrawals() -> None:
         ip("172.31.250.11"): 5,
         ip("fd00:99:250::12"): 0,
     }
+
+
+def test_sessions_since_marks_established_sessions_only() -> None:
+    assert parse_bird_since(BIRD_PROTOCOLS) == {ip("172.31.250.11"): "15:57:00.931"}
+    frr = {
+        "172.31.250.11": {
+            "bgpState": "Established",
+            "connectionsEstablished": 2,
+            "bgpTimerUpEstablishedEpoch": 1764621000,
+        },
+        "fd00:99:250::11": {"bgpState": "Active", "connectionsEstablished": 1},
+        "NODES": {"bgpState": "Established"},
+    }
+    assert parse_frr_since(frr) == {ip("172.31.250.11"): "2"}
 
 
 def test_bird_protocols_states_by_neighbor() -> None:

@@ -1,0 +1,217 @@
+"""Benchmark: a configuration change at 10,000 routes, applied in place (not a test).
+
+Run as root from the repository root:
+
+    .venv/bin/python bench/bench_reload.py [--services 10000] [--via sighup]
+
+It brings up a one-node lab (``kbgpd_lab.lab.Lab``, cluster from a dump file) with BIRD
+as the router and the node's two sessions (BGPPeers tor-v4 and tor-v6), widens the lab
+pool and writes ``--services`` Local LoadBalancer Services with a ready endpoint on node1
+(kbgpd_lab.kit.scale, the shape bench_k8s.py uses) into the cluster dump, and waits for
+all their routes at BIRD. Then it measures, reading BIRD over its control socket
+(bench_k8s.BirdCtl, no birdc fork):
+
+1. a community added to the BGPAdvertisement: the time from the config change to the
+   last of the routes carrying it at BIRD (``show route where bgp_community ~
+   [(64512, 42)] count``, polled every 20 ms), and whether any session was reset
+   (BIRD's since time per session) or ExaBGP restarted (its generation in /status);
+2. a peer edited (tor-v6's holdTime): the time until that session is back, and again
+   whether the tor-v4 session (which carries the routes) was reset.
+
+The change goes through ``change_config(lab, edit)``: today a new config file and
+SIGHUP (``--via sighup``); a cluster path (a changed BGPAdvertisement applied to the
+API) plugs in there. Prints a JSON summary; everything it starts is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import ipaddress
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_k8s import BirdCtl
+
+from kbgpd_lab.kit.scale import local_service, node1_slice
+from kbgpd_lab.lab.apicluster import node_object
+from kbgpd_lab.lab.lab import Lab, node_addresses
+from kbgpd_lab.lab.routers import BirdRouter
+
+#: Where the benchmark's Services get their IPs (added to the lab pool).
+POOL = ipaddress.IPv4Network("10.100.0.0/18")
+COMMUNITY = "64512:42"
+Edit = Callable[[list[dict[str, Any]]], None]
+
+
+def change_config(lab: Lab, edit: Edit, via: str) -> float:
+    """Apply a configuration change the way ``via`` says; returns when it was made
+    (monotonic). ``sighup``: the speakers' config file rewritten, then SIGHUP."""
+    if via != "sighup":
+        raise SystemExit(f"--via {via}: only sighup is implemented")
+    started = time.monotonic()
+    lab.edit_config(edit)
+    return started
+
+
+def write_cluster(lab: Lab, services: int) -> None:
+    """The cluster dump: node1 and ``services`` Local Services, each with a ready
+    endpoint on node1."""
+    items: list[dict[str, Any]] = [node_object("node1", node_addresses(lab.topology, 1))]
+    hosts = POOL.hosts()
+    for i in range(services):
+        name = f"svc{i}"
+        items.append(local_service(name, str(next(hosts))))
+        items.append(node1_slice(name, True))
+    tmp = lab.dump_path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
+    tmp.replace(lab.dump_path)
+
+
+def count(ctl: BirdCtl, query: str) -> int:
+    for line in ctl.command(f"show route where {query} count"):
+        m = re.search(rb"(\d+) of \d+ routes", line)
+        if m:
+            return int(m.group(1))
+    return 0
+
+
+def wait_count(ctl: BirdCtl, query: str, n: int, within: float = 300) -> float:
+    deadline = time.monotonic() + within
+    while (got := count(ctl, query)) < n:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{got} of {n} routes with {query}")
+        time.sleep(0.02)
+    return time.monotonic()
+
+
+def log_times(lab: Lab, event: str, after: float) -> list[float]:
+    """Wall-clock times of the speaker's ``event`` lines logged after ``after``."""
+    out = []
+    for line in (lab.dir / "node1" / "speaker.log").read_text(errors="replace").splitlines():
+        words = line.split()
+        if len(words) > 2 and words[2] == event:
+            stamp = datetime.datetime.fromisoformat(words[0].replace("Z", "+00:00"))
+            if stamp.timestamp() >= after:
+                out.append(stamp.timestamp())
+    return out
+
+
+def note(text: str) -> None:
+    """Progress on stderr (the summary is the JSON on stdout)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def generation(lab: Lab) -> int:
+    return int(lab.speaker_status(1)["exabgp"]["generation"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--services", type=int, default=10000)
+    ap.add_argument("--via", default="sighup")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kbgpd-bench-reload-") as tmp:
+        lab = Lab.up(
+            router="bird",
+            nodes=1,
+            cluster="file",
+            services=(),
+            state_dir=Path(tmp) / "state",
+            directory=Path(tmp) / "lab",
+        )
+        try:
+            run(lab, args)
+        finally:
+            lab.down()
+
+
+def run(lab: Lab, args: argparse.Namespace) -> None:
+    assert isinstance(lab.router, BirdRouter)
+    ctl = BirdCtl(lab.router)
+
+    def widen(docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            if doc.get("kind") == "IPAddressPool":
+                doc["spec"]["addresses"].append(str(POOL))
+
+    change_config(lab, widen, args.via)
+    started = time.monotonic()
+    write_cluster(lab, args.services)
+    wait_count(ctl, "source = RTS_BGP", args.services)
+    cold = time.monotonic() - started
+    note(f"{args.services} routes at BIRD after {cold:.1f} s")
+    since = lab.router.sessions_since()
+    gen = generation(lab)
+
+    def add_community(docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            if doc.get("kind") == "BGPAdvertisement":
+                doc["spec"]["communities"] = [COMMUNITY]
+
+    asn, value = COMMUNITY.split(":")
+    wall0 = time.time()
+    t0 = change_config(lab, add_community, args.via)
+    t1 = wait_count(ctl, f"bgp_community ~ [({asn}, {value})]", args.services)
+    community_seconds = t1 - t0
+    # The SIGHUP path also re-reads the cluster dump (clusterfile.loaded), blocking.
+    reread = [t - wall0 for t in log_times(lab, "clusterfile.loaded", wall0)]
+    community_reset = lab.router.sessions_since() != since
+    community_restart = generation(lab) != gen
+    note(f"community on every route after {community_seconds:.3f} s")
+
+    v4 = {a for a in since if a.version == 4}
+    v6 = {a for a in since if a.version == 6}
+
+    def hold(docs: list[dict[str, Any]]) -> None:
+        for doc in docs:
+            if doc.get("kind") == "BGPPeer" and doc["metadata"]["name"] == "tor-v6":
+                doc["spec"]["holdTime"] = "30s"
+
+    t0 = change_config(lab, hold, args.via)
+    deadline = t0 + 600
+    while True:
+        now_since = lab.router.sessions_since()
+        if set(now_since) == v4 | v6 and all(now_since[a] != since[a] for a in v6):
+            break
+        if time.monotonic() > deadline:
+            peers = lab.speaker_status(1)["peers"]
+            raise TimeoutError(f"tor-v6 session not re-established: speaker says {peers}")
+        time.sleep(0.02)
+    peer_seconds = time.monotonic() - t0
+    load = os.getloadavg()
+    ctl.close()
+    print(
+        json.dumps(
+            {
+                "services": args.services,
+                "via": args.via,
+                "cold_start_all_routes_s": round(cold, 2),
+                "community_all_routes_s": round(community_seconds, 3),
+                "community_dump_reread_done_s": [round(x, 3) for x in reread],
+                "community_session_reset": community_reset,
+                "community_exabgp_restarted": community_restart,
+                "peer_edit_session_back_s": round(peer_seconds, 3),
+                "peer_edit_other_session_reset": any(now_since[a] != since[a] for a in v4),
+                "routes_after_peer_edit": count(BirdCtl(lab.router), "source = RTS_BGP"),
+                "exabgp_generation": generation(lab),
+                "loadavg": [round(x, 2) for x in load],
+                "cpus": os.cpu_count(),
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
