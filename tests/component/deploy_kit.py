@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import os
 import random
 import re
 import subprocess
@@ -26,8 +27,12 @@ KUBECTL = "/usr/bin/kubectl"
 KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 KUBE_BGPD_LAB = str(Path(sys.executable).with_name("kube-bgpd-lab"))
 VALIDATE = str(Path(sys.executable).with_name("kubernetes-validate"))
-#: Where the manifests mount the ConfigMap's config file.
+#: Where components/config-file mounts the ConfigMap's config file.
 CONFIG_PATH = "/etc/kube-bgpd/config.yaml"
+#: The namespace the manifests read the configuration objects from.
+CONFIG_NAMESPACE = "metallb-system"
+#: The example configuration objects, applied with kubectl after the base.
+EXAMPLE_CONFIG = DEPLOY / "examples" / "config.yaml"
 
 
 @functools.cache
@@ -61,14 +66,47 @@ def container(workload: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def manifest_argv(workload: dict[str, Any], *, config: str, **env: str) -> list[str]:
+def manifest_argv(workload: dict[str, Any], *, config: str | None = None, **env: str) -> list[str]:
     """The container's command line as the kubelet expands it ($(VAR) from `env`), run
-    through this venv's kube-bgpd, reading `config` instead of the mounted file."""
+    through this venv's kube-bgpd; with `config`, reading it instead of a mounted file."""
     argv = [KUBE_BGPD]
     for arg in container(workload)["args"]:
         arg = re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], arg)
-        argv.append(arg.replace(CONFIG_PATH, config))
+        argv.append(arg if config is None else arg.replace(CONFIG_PATH, config))
     return argv
+
+
+def overlay(
+    where: Path, components: list[str], *, config: Path | None = None
+) -> list[dict[str, Any]]:
+    """The base with deploy/kubernetes/components/NAME for each of `components`, rendered
+    by the real kubectl from an overlay written in `where`, as a user's overlay would be;
+    with `config`, the overlay generates the ConfigMap components/config-file mounts
+    from a copy of that file."""
+    where.mkdir(parents=True, exist_ok=True)
+    # kustomize takes no absolute path to a kustomization.
+    base = os.path.relpath(DEPLOY / "base", where)
+    parts = [os.path.relpath(DEPLOY / "components" / c, where) for c in components]
+    text = (
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources: [{base}]\ncomponents: [{', '.join(parts)}]\n"
+    )
+    if config is not None:
+        (where / "config.yaml").write_text(config.read_text())
+        text += (
+            "configMapGenerator:\n  - name: kube-bgpd-config\n"
+            "    namespace: kube-bgpd-system\n    files: [config.yaml]\n"
+        )
+    (where / "kustomization.yaml").write_text(text)
+    out = subprocess.run(
+        [KUBECTL, "kustomize", str(where)], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def config_objects(text: str) -> list[dict[str, Any]]:
+    """The objects of a configuration file, as `kubectl apply -f` would create them."""
+    return [d for d in yaml.safe_load_all(text) if d]
 
 
 def loopback_address() -> str:

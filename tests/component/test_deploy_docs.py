@@ -15,12 +15,14 @@ Both router checks are shown to reject a broken block, so they are not vacuous.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import deploy_kit as kit
 import pytest
@@ -28,6 +30,7 @@ import yaml
 
 from bgpd.config import load_config_or_raise
 from kbgpd_lab.apisim import ApiSimulatorThread
+from kbgpd_lab.kit.crds import product_crds
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
@@ -181,11 +184,15 @@ def _quickstart_service() -> dict[str, object]:
     return loaded
 
 
+def _quickstart_objects() -> list[dict[str, Any]]:
+    return kit.config_objects(_quickstart_config())
+
+
 def test_quickstart_overlay_steps_render(tmp_path: Path) -> None:
     """The documented copy-and-edit of the example overlay, run as written in a copy of
-    the repository's deploy/, renders with the quickstart's config in the ConfigMap."""
+    the repository's deploy/, renders workloads that read the namespace the quickstart's
+    objects are in (and no ConfigMap)."""
     shutil.copytree(ROOT / "deploy", tmp_path / "deploy")
-    (tmp_path / "config.yaml").write_text(_quickstart_config())
     (steps,) = [b for b in blocks("quickstart.md", "sh") if "overlays/example my-site" in b]
     subprocess.run(["bash", "-euc", steps], cwd=tmp_path, check=True, timeout=60)
     out = subprocess.run(
@@ -195,32 +202,39 @@ def test_quickstart_overlay_steps_render(tmp_path: Path) -> None:
         check=True,
         timeout=60,
     ).stdout
-    (cm,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap"]
-    assert cm["data"]["config.yaml"] == _quickstart_config()
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    namespaces = {o["metadata"]["namespace"] for o in _quickstart_objects()}
+    assert namespaces == {kit.CONFIG_NAMESPACE}
+    for kind in ("DaemonSet", "Deployment"):
+        args = kit.container(kit.one(docs, kind))["args"]
+        assert f"--config-from-cluster={kit.CONFIG_NAMESPACE}" in args
+    # The page creates that namespace, then applies the objects into it.
+    (apply,) = [b for b in blocks("quickstart.md", "sh") if "examples/namespace.yaml" in b]
+    assert apply.index("examples/namespace.yaml") < apply.index("kubectl apply -f config.yaml")
 
 
 def test_quickstart_service_gets_the_documented_ip(tmp_path: Path) -> None:
-    """The real controller, with the quickstart's config, gives the quickstart's Service
-    the address the page says (10.99.100.1)."""
+    """The real controller, run as the Deployment runs it with the quickstart's objects
+    applied, gives the quickstart's Service the address the page says (10.99.100.1)."""
     documented = re.search(r"EXTERNAL-IP (\S+):", (DOCS / "quickstart.md").read_text())
     assert documented is not None
-    config = tmp_path / "config.yaml"
-    config.write_text(_quickstart_config())
+    argv = kit.manifest_argv(kit.one(kit.rendered(), "Deployment"), POD_IP=kit.loopback_address())
     with ApiSimulatorThread() as sim:
         kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
-        sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+        for ns in ("default", kit.CONFIG_NAMESPACE):
+            sim.store.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for obj in [*product_crds(), *_quickstart_objects()]:
+            sim.store.create(obj)
         sim.store.create(_quickstart_service())
         log = tmp_path / "controller.log"
+        env = dict(os.environ, POD_NAMESPACE="kube-bgpd-system")
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                [
-                    kit.KUBE_BGPD,
-                    "controller",
-                    f"--config={config}",
-                    f"--kubeconfig={kubeconfig}",
-                ],
+                [*argv, f"--kubeconfig={kubeconfig}"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                env=env,
             )
         try:
             deadline = time.monotonic() + 30

@@ -2,11 +2,13 @@
 
 Schemas: `kubernetes-validate --strict` (offline, bundled OpenAPI schemas) on every
 rendered object. Semantics no schema sees: selectors match template labels, pods name
-ServiceAccounts that exist and are bound, the mounted config is the generated ConfigMap
-and passes kube-bgpd's own loader, the speaker's listener, probes and grace period agree
-with its config, capabilities follow SpeakerConfig.listen, the image's user is the pods'
-user. The preStop hook is run for real against a running speaker. RBAC is checked
-against the code's actual requests in test_deploy_rbac.py.
+ServiceAccounts that exist and are bound, both workloads read the configuration objects
+of metallb-system, each kustomization's example objects live there and pass kube-bgpd's
+own loader, the config-file component mounts the generated ConfigMap instead, the
+speaker's listener, probes and grace period agree with its config, capabilities follow
+SpeakerConfig.listen and BGPPeer vrf, the image's user is the pods' user. The preStop
+hook is run for real against a running speaker. RBAC is checked against the code's
+actual requests in test_deploy_rbac.py.
 """
 
 from __future__ import annotations
@@ -45,6 +47,12 @@ KUSTOMIZATIONS = [
     pytest.param("overlays/example", id="overlay-example"),
     pytest.param("overlays/retain", id="overlay-retain"),
 ]
+#: The configuration objects applied with each kustomization (kubectl apply -f).
+EXAMPLE_CONFIG = {
+    "base": kit.EXAMPLE_CONFIG,
+    "overlays/example": DEPLOY / "overlays" / "example" / "config.yaml",
+    "overlays/retain": DEPLOY / "overlays" / "retain" / "config.yaml",
+}
 
 #: The kinds of the manifests that live in no namespace.
 CLUSTER_SCOPED = ("Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition")
@@ -71,28 +79,34 @@ def mounted_config(docs: list[dict[str, Any]], workload: dict[str, Any]) -> str:
     raise AssertionError(f"{workload['metadata']['name']}: nothing mounted at {CONFIG_PATH}")
 
 
-def speaker_config(docs: list[dict[str, Any]], tmp_path: Path) -> Any:
-    path = tmp_path / "config.yaml"
-    path.write_text(mounted_config(docs, one(docs, "DaemonSet", "kube-bgpd-speaker")))
-    config, _warnings = load_config_or_raise([str(path)])
+def speaker_config(path: str) -> Any:
+    """The Config of the objects applied with kustomization `path`."""
+    config, _warnings = load_config_or_raise([str(EXAMPLE_CONFIG[path])])
     return config
 
 
 # --------------------------------------------------------------------------- schemas
 
 
-@pytest.mark.parametrize("path", KUSTOMIZATIONS)
-@pytest.mark.parametrize("version", ["1.29.0", "1.32.0", "1.37.0"])
-def test_every_object_validates_strictly(path: str, version: str, tmp_path: Path) -> None:
-    docs = rendered(path)
+def validate_strictly(
+    docs: list[dict[str, Any]], tmp_path: Path, version: str = "1.32.0"
+) -> subprocess.CompletedProcess[str]:
+    """`kubernetes-validate --strict` on these objects."""
     target = tmp_path / "rendered.yaml"
     target.write_text(yaml.safe_dump_all(docs))
-    result = subprocess.run(
+    return subprocess.run(
         [VALIDATE, "--strict", "--kubernetes-version", version, str(target)],
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+@pytest.mark.parametrize("version", ["1.29.0", "1.32.0", "1.37.0"])
+def test_every_object_validates_strictly(path: str, version: str, tmp_path: Path) -> None:
+    docs = rendered(path)
+    result = validate_strictly(docs, tmp_path, version)
     assert result.returncode == 0, result.stdout + result.stderr
     passed = re.findall(r"passed for resource (\S+)", result.stdout + result.stderr)
     expected = {f"{d['kind'].lower()}/{d['metadata']['name']}" for d in docs}
@@ -105,14 +119,7 @@ def test_strict_validation_catches_a_misspelt_field(tmp_path: Path) -> None:
     ds = json.loads(json.dumps(one(docs, "DaemonSet", "kube-bgpd-speaker")))
     spec = ds["spec"]["template"]["spec"]
     spec["serviceAcountName"] = spec.pop("serviceAccountName")
-    target = tmp_path / "typo.yaml"
-    target.write_text(yaml.safe_dump(ds))
-    result = subprocess.run(
-        [VALIDATE, "--strict", "-k", "1.32.0", str(target)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = validate_strictly([ds], tmp_path)
     assert result.returncode != 0
     assert "serviceAcountName" in result.stdout + result.stderr
 
@@ -176,13 +183,51 @@ def test_pods_use_their_own_bound_service_account(path: str) -> None:
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
-def test_mounted_config_is_valid_for_both_components(path: str, tmp_path: Path) -> None:
+def test_both_components_read_the_example_objects(path: str) -> None:
+    """Speaker and controller read the configuration objects of one namespace, nothing
+    is mounted in its place, and the objects applied with this kustomization are in that
+    namespace and pass `kube-bgpd validate`."""
     docs = rendered(path)
+    assert not [d for d in docs if d["kind"] == "ConfigMap"]
+    for w in workloads(docs):
+        args = container(w)["args"]
+        assert f"--config-from-cluster={kit.CONFIG_NAMESPACE}" in args
+        assert not [a for a in args if a.startswith("--config=")]
+        volumes = w["spec"]["template"]["spec"]["volumes"]
+        assert not [v for v in volumes if "configMap" in v]
+    objects = kit.config_objects(EXAMPLE_CONFIG[path].read_text())
+    assert objects
+    assert {o["metadata"].get("namespace") for o in objects} == {kit.CONFIG_NAMESPACE}
+    result = subprocess.run(
+        [KUBE_BGPD, "validate", str(EXAMPLE_CONFIG[path])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.startswith("valid:")
+
+
+def test_example_namespace_is_the_one_read() -> None:
+    ns = yaml.safe_load((DEPLOY / "examples" / "namespace.yaml").read_text())
+    assert ns["kind"] == "Namespace"
+    assert ns["metadata"]["name"] == kit.CONFIG_NAMESPACE
+
+
+def test_config_file_component_mounts_the_file(tmp_path: Path) -> None:
+    """components/config-file: both components read the same mounted file (`--config`),
+    the overlay's (here the example objects, which load as a file as they are), and the
+    pods are otherwise the base's."""
+    docs = kit.overlay(tmp_path / "overlay", ["config-file"], config=kit.EXAMPLE_CONFIG)
+    base = rendered("base")
     texts = set()
     for w in workloads(docs):
-        c = container(w)
-        assert f"--config={CONFIG_PATH}" in c["args"]
+        args = container(w)["args"]
+        assert f"--config={CONFIG_PATH}" in args
+        assert not [a for a in args if a.startswith("--config-from-cluster")]
         texts.add(mounted_config(docs, w))
+        shipped = one(base, w["kind"], w["metadata"]["name"])
+        assert container(w)["securityContext"] == container(shipped)["securityContext"]
     assert len(texts) == 1, "speaker and controller must read the same config"
     target = tmp_path / "config.yaml"
     target.write_text(texts.pop())
@@ -191,12 +236,13 @@ def test_mounted_config_is_valid_for_both_components(path: str, tmp_path: Path) 
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("valid:")
+    assert load_config_or_raise([str(target)])[0] == speaker_config("base")
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
-def test_speaker_pod(path: str, tmp_path: Path) -> None:
+def test_speaker_pod(path: str) -> None:
     docs = rendered(path)
-    config = speaker_config(docs, tmp_path)
+    config = speaker_config(path)
     ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
     pod = ds["spec"]["template"]["spec"]
     c = container(ds)
@@ -236,23 +282,76 @@ def test_speaker_pod(path: str, tmp_path: Path) -> None:
     assert pre_stop == ["kube-bgpd", "drain", f"--work-dir={config.speaker.work_dir}"]
 
 
-@pytest.mark.parametrize("path", KUSTOMIZATIONS)
-def test_capabilities_follow_speaker_listen(path: str, tmp_path: Path) -> None:
-    """No capability at all unless ExaBGP must bind port 179 (SpeakerConfig listen)."""
-    docs = rendered(path)
-    config = speaker_config(docs, tmp_path)
-    ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
+def capabilities_for(config: Any) -> set[str]:
+    """What the speaker needs beyond none: binding 179 for SpeakerConfig listen, binding
+    a socket to a VRF device for a BGPPeer vrf."""
+    needed = {"NET_BIND_SERVICE"} if config.speaker.listen else set()
+    if any(p.vrf for p in config.peers):
+        needed.add("NET_RAW")
+    return needed
+
+
+def check_capabilities(ds: dict[str, Any], needed: set[str]) -> None:
     pod_sc = ds["spec"]["template"]["spec"]["securityContext"]
     caps = container(ds)["securityContext"]["capabilities"]
-    if config.speaker.listen:
-        assert caps.get("add") == ["NET_BIND_SERVICE"]
+    assert caps["drop"] == ["ALL"]
+    assert sorted(caps.get("add") or []) == sorted(needed)
+    if needed:
         # Kubernetes gives capabilities only to uid 0 (no ambient set).
         assert pod_sc["runAsUser"] == 0
-        assert {"name": "bgp", "containerPort": 179, "protocol": "TCP"} in container(ds)["ports"]
+        assert pod_sc["runAsNonRoot"] is False
     else:
-        assert "add" not in caps
         assert pod_sc["runAsNonRoot"] is True
         assert pod_sc["runAsUser"] != 0
+    bgp = {"name": "bgp", "containerPort": 179, "protocol": "TCP"}
+    assert (bgp in container(ds)["ports"]) == ("NET_BIND_SERVICE" in needed)
+
+
+@pytest.mark.parametrize("path", KUSTOMIZATIONS)
+def test_capabilities_follow_the_config(path: str) -> None:
+    """No capability at all unless ExaBGP must bind port 179 (SpeakerConfig listen) or
+    a VRF device (BGPPeer vrf)."""
+    ds = one(rendered(path), "DaemonSet", "kube-bgpd-speaker")
+    check_capabilities(ds, capabilities_for(speaker_config(path)))
+
+
+VRF_PEER = f"""
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata:
+  name: tor-vrf
+  namespace: {kit.CONFIG_NAMESPACE}
+spec:
+  myASN: 64513
+  peerASN: 64512
+  peerAddress: 172.31.251.1
+  vrf: red
+"""
+
+
+@pytest.mark.parametrize(
+    ("components", "listen"),
+    [
+        pytest.param(["vrf"], False, id="vrf"),
+        pytest.param(["listen-bgp-port", "vrf"], True, id="vrf-and-listen"),
+    ],
+)
+def test_vrf_component_adds_net_raw(components: list[str], listen: bool, tmp_path: Path) -> None:
+    """components/vrf gives the speaker what a BGPPeer vrf needs (NET_RAW, as root), alone
+    and together with listen-bgp-port; the result passes the strict schema check."""
+    docs = kit.overlay(tmp_path / "overlay", components)
+    config = tmp_path / "config.yaml"
+    example = kit.EXAMPLE_CONFIG.read_text()
+    if listen:
+        example = example.replace(
+            "spec:\n  # The DaemonSet", "spec:\n  listen: true\n  # The DaemonSet"
+        )
+    config.write_text(example + "---" + VRF_PEER)
+    loaded, _warnings = load_config_or_raise([str(config)])
+    assert bool(loaded.speaker.listen) == listen
+    check_capabilities(one(docs, "DaemonSet", "kube-bgpd-speaker"), capabilities_for(loaded))
+    result = validate_strictly(docs, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_overlay_example_exercises_listen() -> None:
@@ -264,14 +363,14 @@ def test_overlay_example_exercises_listen() -> None:
     )
 
 
-def test_overlay_retain_keeps_routes_across_pod_restarts(tmp_path: Path) -> None:
+def test_overlay_retain_keeps_routes_across_pod_restarts() -> None:
     """The retain overlay: no preStop drain (a drain makes any stop withdraw), onSigterm
     retain, and graceful restart on every peer (retain keeps nothing at other peers)."""
     docs = rendered("overlays/retain")
     ds = one(docs, "DaemonSet", "kube-bgpd-speaker")
     assert "lifecycle" not in container(ds)
     assert "lifecycle" in container(one(rendered("base"), "DaemonSet", "kube-bgpd-speaker"))
-    config = speaker_config(docs, tmp_path)
+    config = speaker_config("overlays/retain")
     assert str(config.speaker.on_sigterm) == "retain"
     assert config.peers
     assert all(p.enable_graceful_restart for p in config.peers)
@@ -343,8 +442,7 @@ def running_speaker(
     """A real `kube-bgpd speaker` (cluster dump, a peer that is never reached) whose
     listener is where the DaemonSet puts it: POD_IP:7473."""
     config = tmp_path / "config.yaml"
-    docs = rendered("base")
-    text = mounted_config(docs, one(docs, "DaemonSet", "kube-bgpd-speaker"))
+    text = kit.EXAMPLE_CONFIG.read_text()
     # A short window so that the SIGTERM at teardown (which waits for it) is quick.
     assert "drainWindow: 30s" in text
     config.write_text(text.replace("drainWindow: 30s", "drainWindow: 2s"))

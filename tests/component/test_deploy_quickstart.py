@@ -1,12 +1,14 @@
 """docs/quickstart.md end to end, with real processes and no real cluster.
 
 In a lab topology (network namespaces): the router runs the quickstart's FRR block
-verbatim; the API simulator stands in for the API server (seeded with two Nodes, the
+verbatim; the API simulator stands in for the API server (the shipped CRDs installed,
+seeded with the quickstart's configuration objects in their namespace, two Nodes, the
 quickstart's Service and a ready endpoint on node1); the controller and two speakers run
 with the command lines of the rendered Deployment and DaemonSet (hostNetwork: POD_IP is
-the node's address) and the quickstart's config. Checked: the Service gets the IP the
-page names, the router installs it with both nodes as ECMP next hops (Cluster policy),
-and the page's `kube-bgpd status` / `explain --from-speaker` commands show it.
+the node's address), which read the configuration from the cluster. Checked: the
+Service gets the IP the page names, the router installs it with both nodes as ECMP next
+hops (Cluster policy), and the page's `kube-bgpd status` / `explain --from-speaker`
+commands show it.
 """
 
 from __future__ import annotations
@@ -57,8 +59,9 @@ class QuickstartFRR(FRRRouter):
 
 def seed(topology: Topology) -> str:
     objects: list[dict[str, Any]] = [
-        manifests.namespace(ns) for ns in ("default", "kube-bgpd-system")
+        manifests.namespace(ns) for ns in ("default", "kube-bgpd-system", kit.CONFIG_NAMESPACE)
     ]
+    objects += kit.config_objects(doc_config())
     objects += [
         manifests.node(f"node{i}", addresses=[str(topology.node_address(i))]) for i in (1, 2)
     ]
@@ -73,8 +76,6 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
     documented = re.search(r"EXTERNAL-IP (\S+):", DOC.read_text())
     assert documented is not None
     ip = documented.group(1)
-    config = tmp_path / "config.yaml"
-    config.write_text(doc_config())
     (tmp_path / "seed.yaml").write_text(seed(topology))
     kubeconfig = tmp_path / "kubeconfig"
 
@@ -87,6 +88,7 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
                 kit.KUBE_BGPD_LAB,
                 "apiserver-sim",
                 f"--listen={API}",
+                f"--crds={kit.DEPLOY / 'crds'}",
                 f"--seed={tmp_path / 'seed.yaml'}",
                 f"--kubeconfig-out={kubeconfig}",
             ],
@@ -102,11 +104,7 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
         procs.start(
             "controller",
             [
-                *kit.manifest_argv(
-                    kit.one(kit.rendered(), "Deployment"),
-                    POD_IP="127.0.0.1",
-                    config=str(config),
-                ),
+                *kit.manifest_argv(kit.one(kit.rendered(), "Deployment"), POD_IP="127.0.0.1"),
                 f"--kubeconfig={kubeconfig}",
             ],
             spawner=topology.router,
@@ -116,9 +114,7 @@ def test_quickstart_end_to_end(topology: Topology, tmp_path: Path) -> None:
             procs.start(
                 f"speaker{i}",
                 [
-                    *kit.manifest_argv(
-                        kit.one(kit.rendered(), "DaemonSet"), POD_IP=address, config=str(config)
-                    ),
+                    *kit.manifest_argv(kit.one(kit.rendered(), "DaemonSet"), POD_IP=address),
                     f"--kubeconfig={kubeconfig}",
                     f"--node-name=node{i}",
                     f"--work-dir={tmp_path / f'run{i}'}",

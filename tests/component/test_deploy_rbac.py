@@ -1,7 +1,9 @@
 """deploy/kubernetes RBAC against what the code really asks the API server.
 
-The real `kube-bgpd controller` and `kube-bgpd speaker` run as processes against the API
-simulator and are driven through every kind of write they make. Each request in the
+The real `kube-bgpd controller` and `kube-bgpd speaker` run as processes, with the
+manifests' own arguments (the configuration read from the cluster), against the API
+simulator with the shipped CRDs installed and MetalLB-style objects in metallb-system,
+and are driven through every kind of write they make. Each request in the
 simulator's log is turned into the attributes kube-apiserver's authorizer sees (verb,
 API group, resource[/subresource], namespace, name; GET on a collection = list, with
 watch=true = watch, on an object = get; POST = create, PUT = update, PATCH = patch,
@@ -24,15 +26,16 @@ from urllib.parse import parse_qs
 
 import deploy_kit as kit
 import pytest
-import yaml
 
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
 from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.crds import product_crds
 from kbgpd_lab.kit.waiting import wait_until
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
 
 NAMESPACE = "kube-bgpd-system"
+CONFIG_NAMESPACE = kit.CONFIG_NAMESPACE
 #: The base with components/peer-passwords (a kustomization under tests/data).
 PEER_PASSWORDS = kit.ROOT / "tests" / "data" / "kustomize" / "peer-passwords"
 
@@ -272,28 +275,34 @@ def test_check_exact(rules: list[dict[str, Any]], error: str | None) -> None:
 
 # --------------------------------------------------------------------------- real runs
 
-CONFIG = """
+CONFIG = f"""
 apiVersion: metallb.io/v1beta1
 kind: IPAddressPool
-metadata: {name: services}
+metadata: {{name: services, namespace: {CONFIG_NAMESPACE}}}
 spec:
   addresses: [10.99.100.0/28]
 ---
 apiVersion: metallb.io/v1beta2
 kind: BGPPeer
-metadata: {name: tor}
+metadata: {{name: tor, namespace: {CONFIG_NAMESPACE}}}
 spec:
   myASN: 64513
   peerASN: 64512
   peerAddress: 127.0.0.1
   peerPort: 1
-  passwordSecret: {name: tor-md5}
+  passwordSecret: {{name: tor-md5}}
 ---
 apiVersion: metallb.io/v1beta1
 kind: BGPAdvertisement
-metadata: {name: services}
+metadata: {{name: services, namespace: {CONFIG_NAMESPACE}}}
 spec:
   ipAddressPools: [services]
+---
+apiVersion: kube-bgpd.io/v1alpha1
+kind: SpeakerConfig
+metadata: {{name: speaker, namespace: {CONFIG_NAMESPACE}}}
+spec:
+  drainWindow: 1s
 """
 
 
@@ -304,8 +313,13 @@ def lb_service(name: str, ips: tuple[str, ...] = ()) -> dict[str, Any]:
 
 
 def seed(sim: ApiSimulatorThread) -> None:
-    for ns in ("default", NAMESPACE):
+    """A cluster kube-bgpd is deployed in: its CRDs, and its configuration as objects."""
+    for ns in ("default", NAMESPACE, CONFIG_NAMESPACE):
         sim.store.apply(manifests.namespace(ns))
+    for crd in product_crds():
+        sim.store.create(crd)
+    for obj in kit.config_objects(CONFIG):
+        sim.store.create(obj)
 
 
 def wait_on_process(
@@ -349,15 +363,11 @@ def requests(sim: ApiSimulatorThread, method: str, suffix: str) -> list[RequestR
 
 
 def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     sim.store.create(lb_service("web"))
     log = tmp_path / "controller.log"
     pod_ip = kit.loopback_address()
-    argv = kit.manifest_argv(
-        kit.one(kit.rendered(), "Deployment"), POD_IP=pod_ip, config=str(config)
-    )
+    argv = kit.manifest_argv(kit.one(kit.rendered(), "Deployment"), POD_IP=pod_ip)
     # In a pod the credentials are the service account's; here the simulator's. Short
     # lease timings only make the renewals (PUT) happen within the test.
     argv += [
@@ -397,6 +407,13 @@ def test_controller_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_pa
             proc,
             log,
         )
+        # The leader reports the SpeakerConfig accepted (its status subresource).
+        wait_on_process(
+            lambda: bool(requests(sim, "PATCH", "/speakerconfigs/speaker/status")),
+            "the SpeakerConfig's Accepted condition",
+            proc,
+            log,
+        )
         # A renewal (PUT) happens every retry period.
         wait_on_process(
             lambda: bool(requests(sim, "PUT", "/leases/kube-bgpd-controller")),
@@ -415,15 +432,14 @@ def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
 
 
 def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(CONFIG)
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     sim.store.create(manifests.node("node1", addresses=["127.0.0.1"]))
     sim.store.create(
         {
             "apiVersion": "v1",
             "kind": "Secret",
-            "metadata": {"name": "tor-md5", "namespace": NAMESPACE},
+            # Where a passwordSecret without a namespace is looked up: the configuration's.
+            "metadata": {"name": "tor-md5", "namespace": CONFIG_NAMESPACE},
             "type": "kubernetes.io/basic-auth",
             "data": {"password": "c2VjcmV0"},
         }
@@ -433,9 +449,7 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
     log = tmp_path / "speaker.log"
     # The base plus components/peer-passwords, as an overlay for this CONFIG would be.
     docs = kit.rendered(str(PEER_PASSWORDS))
-    argv = kit.manifest_argv(
-        kit.one(docs, "DaemonSet"), POD_IP=kit.loopback_address(), config=str(config)
-    )
+    argv = kit.manifest_argv(kit.one(docs, "DaemonSet"), POD_IP=kit.loopback_address())
     # A pod has NODE_NAME from the downward API, in-cluster credentials and an emptyDir
     # at /run/kube-bgpd; here the same by flags.
     argv += [f"--kubeconfig={kubeconfig}", "--node-name=node1", f"--work-dir={tmp_path / 'run'}"]
@@ -461,8 +475,23 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
             proc,
             log,
         )
-        secret_reads = [r for r in sim.request_log if "/secrets/" in r.path]
+        secret_reads = [r.path for r in sim.request_log if "/secrets/" in r.path]
         assert secret_reads, "the passwordSecret was never read"
+        assert set(secret_reads) == {f"/api/v1/namespaces/{CONFIG_NAMESPACE}/secrets/tor-md5"}
+        # An invalid configuration object (a pool overlapping the one in force) gets a
+        # Warning Event, in the configuration's namespace.
+        clash = kit.config_objects(CONFIG)[0]
+        clash["metadata"]["name"] = "clash"
+        sim.store.create(clash)
+        wait_on_process(
+            lambda: any(
+                e.get("reason") == "InvalidConfiguration"
+                for e in sim.store.list("events", CONFIG_NAMESPACE)
+            ),
+            "a Warning Event on the invalid pool",
+            proc,
+            log,
+        )
     finally:
         stop(proc, log)
     check_exact(docs, "kube-bgpd-speaker", sim.request_log)
@@ -480,25 +509,13 @@ def test_base_speaker_reads_no_secret() -> None:
 # ---------------------------------------------------------------- config from the cluster
 
 
-def with_config_from_cluster(tmp_path: Path) -> list[dict[str, Any]]:
-    """The base with the config-from-cluster component, rendered by the real kubectl."""
-    overlay = tmp_path / "overlay"
-    overlay.mkdir()
-    # kustomize takes no absolute path to a kustomization.
-    base = os.path.relpath(kit.DEPLOY / "base", overlay)
-    component = os.path.relpath(kit.DEPLOY / "components" / "config-from-cluster", overlay)
-    (overlay / "kustomization.yaml").write_text(
-        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
-        f"resources: [{base}]\ncomponents: [{component}]\n"
-    )
-    out = subprocess.run(
-        [kit.KUBECTL, "kustomize", str(overlay)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    return [d for d in yaml.safe_load_all(out) if d]
+def test_workloads_read_their_config_from_the_cluster() -> None:
+    """The exactness tests above run the manifests' arguments, so they are the ones
+    reading the custom resources; say so, so a return to a mounted file is noticed."""
+    for workload in ("DaemonSet", "Deployment"):
+        args = kit.container(kit.one(kit.rendered(), workload))["args"]
+        assert f"--config-from-cluster={CONFIG_NAMESPACE}" in args, workload
+        assert not [a for a in args if a.startswith("--config=")], workload
 
 
 @pytest.mark.parametrize(
@@ -512,14 +529,11 @@ def with_config_from_cluster(tmp_path: Path) -> list[dict[str, Any]]:
         ),
     ],
 )
-def test_config_from_cluster_reads_every_crd(
-    account: str, writes: set[tuple[str, str, str]], tmp_path: Path
-) -> None:
-    """The component grants list and watch on every resource deploy/kubernetes/crds
-    defines, in any namespace, and nothing else on those groups but `writes`. (Which of
-    these verbs the code uses the exactness tests above check once the processes run
-    with --config-from-cluster.)"""
-    docs = with_config_from_cluster(tmp_path)
+def test_base_reads_every_crd(account: str, writes: set[tuple[str, str, str]]) -> None:
+    """The base grants list and watch on every resource deploy/kubernetes/crds defines,
+    in any namespace (`--config-from-cluster NAMESPACE` may name another), and nothing
+    else on those groups but `writes`."""
+    docs = kit.rendered()
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     assert crds
     rules = grants(docs, account)

@@ -1,6 +1,10 @@
 """The DaemonSet's and the Deployment's security contexts, applied to the real daemons.
 
-No container runtime here, so the pod's sandbox is built from the rendered manifest with
+The pods as shipped read their configuration from the cluster's custom resources, which a
+sandbox with its own network namespace cannot reach; the workloads here are rendered with
+components/config-file (a mounted file, the security contexts untouched: the base's,
+which test_deploy_kubernetes.py checks), so the daemons run from a file and a cluster
+dump. No container runtime here, so the pod's sandbox is built from the rendered manifest with
 the kernel features a runtime uses: a new network namespace (POD_IP = 127.0.0.1 there,
 the lab's node and router addresses on its loopback), a private mount namespace with the
 root filesystem read-only (readOnlyRootFilesystem), a tmpfs for every emptyDir mount, the
@@ -53,7 +57,8 @@ pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(180)]
 
 ROOT = kit.ROOT
 SYSTEM_PYTHON = "/usr/bin/python3.11"
-CAP_NET_BIND_SERVICE = 10
+#: Capability numbers (linux/capability.h) of the names the manifests may add.
+CAPABILITIES = {"NET_BIND_SERVICE": 10, "NET_RAW": 13}
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +161,7 @@ def sandbox_script(
     lines.append(f"mount -o remount,bind,rw {shlex.quote(str(state))}")
     env = {**{e["name"]: e["value"] for e in c["env"] if "value" in e}, **env}
     args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
-    adds = ",".join(f"+{cap.lower()}" for cap in sc["capabilities"].get("add", []))
+    adds = ",".join(f"+{cap.lower()}" for cap in sc["capabilities"].get("add") or [])
     caps = "-all" + (f",{adds}" if adds else "")
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     command = " ".join(shlex.quote(a) for a in [*args, *extra_args])
@@ -285,9 +290,8 @@ def check_identity(workload: dict[str, Any], pid: int) -> int:
     the effective capability mask."""
     pod = workload["spec"]["template"]["spec"]
     (c,) = pod["containers"]
-    adds = c["securityContext"]["capabilities"].get("add", [])
-    assert adds in ([], ["NET_BIND_SERVICE"])
-    want_caps = (1 << CAP_NET_BIND_SERVICE) if adds else 0
+    adds = c["securityContext"]["capabilities"].get("add") or []
+    want_caps = sum(1 << CAPABILITIES[name] for name in adds)
     status = proc_status(pid)
     assert status["Uid"].split()[0] == str(pod["securityContext"]["runAsUser"])
     assert int(status["CapEff"], 16) == want_caps
@@ -325,11 +329,27 @@ def check_mounts(workload: dict[str, Any], pid: int) -> None:
     assert found == writable
 
 
+def with_config_file(
+    where: Path, components: list[str], config: Path = kit.EXAMPLE_CONFIG
+) -> list[dict[str, Any]]:
+    """The base with components/config-file mounting `config`, and `components`."""
+    return kit.overlay(where, ["config-file", *components], config=config)
+
+
 @pytest.mark.parametrize(
-    "path", [pytest.param("base", id="base"), pytest.param("overlays/example", id="listen")]
+    ("components", "config"),
+    [
+        pytest.param([], kit.EXAMPLE_CONFIG, id="base"),
+        pytest.param(
+            ["listen-bgp-port"], kit.DEPLOY / "overlays" / "example" / "config.yaml", id="listen"
+        ),
+        pytest.param(["vrf"], kit.EXAMPLE_CONFIG, id="vrf"),
+    ],
 )
-def test_speaker_runs_in_the_daemonsets_security_context(path: str, nonroot_bin: Path) -> None:
-    docs = kit.rendered(path)
+def test_speaker_runs_in_the_daemonsets_security_context(
+    components: list[str], config: Path, nonroot_bin: Path, tmp_path: Path
+) -> None:
+    docs = with_config_file(tmp_path / "overlay", components, config)
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     listen = "listen: true" in cm["data"]["config.yaml"]
@@ -370,7 +390,7 @@ def test_controller_runs_in_the_deployments_security_context(
 ) -> None:
     """The controller as the Deployment runs it allocates from the simulator, answers
     its liveness probe, and stops cleanly."""
-    docs = kit.rendered("base")
+    docs = with_config_file(tmp_path / "overlay", [])
     (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
     (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
     pod_ip = kit.loopback_address()
