@@ -2,13 +2,13 @@
 
 Run as root from the repository root:
 
-    .venv/bin/python bench/bench_reload.py [--services 10000] [--via sighup]
+    .venv/bin/python bench/bench_reload.py [--services 10000] [--via sighup|api]
 
-It brings up a one-node lab (``kbgpd_lab.lab.Lab``, cluster from a dump file) with BIRD
-as the router and the node's two sessions (BGPPeers tor-v4 and tor-v6), widens the lab
-pool and writes ``--services`` Local LoadBalancer Services with a ready endpoint on node1
-(kbgpd_lab.kit.scale, the shape bench_k8s.py uses) into the cluster dump, and waits for
-all their routes at BIRD. Then it measures, reading BIRD over its control socket
+It brings up a one-node lab (``kbgpd_lab.lab.Lab``) with BIRD as the router and the
+node's two sessions (BGPPeers tor-v4 and tor-v6), widens the lab pool, puts
+``--services`` Local LoadBalancer Services with a ready endpoint on node1
+(kbgpd_lab.kit.scale, the shape bench_k8s.py uses) in the cluster, and waits for all
+their routes at BIRD. Then it measures, reading BIRD over its control socket
 (bench_k8s.BirdCtl, no birdc fork):
 
 1. a community added to the BGPAdvertisement: the time from the config change to the
@@ -18,9 +18,19 @@ all their routes at BIRD. Then it measures, reading BIRD over its control socket
 2. a peer edited (tor-v6's holdTime): the time until that session is back, and again
    whether the tor-v4 session (which carries the routes) was reset.
 
-The change goes through ``change_config(lab, edit)``: today a new config file and
-SIGHUP (``--via sighup``); a cluster path (a changed BGPAdvertisement applied to the
-API) plugs in there. Prints a JSON summary; everything it starts is removed at the end.
+Where the cluster and the configuration live, and so how a change is made
+(``change_config``, the lab's ``edit_config``):
+
+* ``--via sighup``: the speaker reads a cluster dump file (the Services written into it)
+  and a config file; a change is the file rewritten and SIGHUP (which re-reads the dump
+  too);
+* ``--via api``: the lab's API simulator holds everything (the Services created straight
+  in its store, as bench_k8s.py seeds it, then watched by the speaker over HTTP), the
+  speaker runs ``--config-from-cluster``, and a change is ``kubectl apply`` of the lab's
+  configuration documents, the edited one among them: the path a Kubernetes user takes.
+
+The clock starts before the SIGHUP or the ``kubectl apply``. Prints a JSON summary;
+everything it starts is removed at the end.
 """
 
 from __future__ import annotations
@@ -52,30 +62,52 @@ from kbgpd_lab.lab.routers import BirdRouter
 POOL = ipaddress.IPv4Network("10.100.0.0/18")
 COMMUNITY = "64512:42"
 Edit = Callable[[list[dict[str, Any]]], None]
+#: --via: where the cluster and the configuration are, and how a change is made.
+VIAS = ("sighup", "api")
 
 
-def change_config(lab: Lab, edit: Edit, via: str) -> float:
-    """Apply a configuration change the way ``via`` says; returns when it was made
-    (monotonic). ``sighup``: the speakers' config file rewritten, then SIGHUP."""
-    if via != "sighup":
-        raise SystemExit(f"--via {via}: only sighup is implemented")
+def change_config(lab: Lab, edit: Edit) -> float:
+    """Apply a configuration change the lab's way (its ``edit_config``: ``kubectl
+    apply`` with the API, else the config file rewritten and SIGHUP) and return when it
+    started (monotonic); back when the speaker logged ``config.reloaded``."""
     started = time.monotonic()
     lab.edit_config(edit)
     return started
 
 
-def write_cluster(lab: Lab, services: int) -> None:
-    """The cluster dump: node1 and ``services`` Local Services, each with a ready
-    endpoint on node1."""
-    items: list[dict[str, Any]] = [node_object("node1", node_addresses(lab.topology, 1))]
+def service_objects(services: int) -> list[dict[str, Any]]:
+    """``services`` Local Services, each with a ready endpoint on node1."""
+    items: list[dict[str, Any]] = []
     hosts = POOL.hosts()
     for i in range(services):
         name = f"svc{i}"
         items.append(local_service(name, str(next(hosts))))
         items.append(node1_slice(name, True))
+    return items
+
+
+def write_cluster(lab: Lab, services: int) -> None:
+    """The cluster dump: node1 and the Services."""
+    items = [node_object("node1", node_addresses(lab.topology, 1)), *service_objects(services)]
     tmp = lab.dump_path.with_suffix(".tmp")
     tmp.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
     tmp.replace(lab.dump_path)
+
+
+def seed_api(lab: Lab, services: int) -> None:
+    """The Services created straight in the lab's API simulator's store (HTTP creates
+    of 20,000 objects would take minutes); the speaker sees them on its watch, the
+    controller keeps their IPs (in the widened pool)."""
+    sim = lab.apisim
+    if sim is None:
+        raise SystemExit("--via api needs the lab's API simulator in this process")
+    objects = service_objects(services)
+
+    def create_all() -> None:
+        for obj in objects:
+            sim.sim.store.create(obj)
+
+    sim.call(create_all, timeout=600)
 
 
 def count(ctl: BirdCtl, query: str) -> int:
@@ -95,16 +127,24 @@ def wait_count(ctl: BirdCtl, query: str, n: int, within: float = 300) -> float:
     return time.monotonic()
 
 
-def log_times(lab: Lab, event: str, after: float) -> list[float]:
-    """Wall-clock times of the speaker's ``event`` lines logged after ``after``."""
+def log_events(lab: Lab, after: float, before: float) -> list[tuple[float, str]]:
+    """The speaker's log lines between two wall-clock times: (time, event)."""
     out = []
     for line in (lab.dir / "node1" / "speaker.log").read_text(errors="replace").splitlines():
         words = line.split()
-        if len(words) > 2 and words[2] == event:
-            stamp = datetime.datetime.fromisoformat(words[0].replace("Z", "+00:00"))
-            if stamp.timestamp() >= after:
-                out.append(stamp.timestamp())
+        if len(words) > 2:
+            try:
+                stamp = datetime.datetime.fromisoformat(words[0].replace("Z", "+00:00"))
+            except ValueError:
+                continue  # not a log line of the speaker's (e.g. a traceback)
+            if after <= stamp.timestamp() <= before:
+                out.append((stamp.timestamp(), words[2]))
     return out
+
+
+def log_times(lab: Lab, event: str, after: float) -> list[float]:
+    """Wall-clock times of the speaker's ``event`` lines logged after ``after``."""
+    return [t for t, name in log_events(lab, after, float("inf")) if name == event]
 
 
 def note(text: str) -> None:
@@ -119,13 +159,13 @@ def generation(lab: Lab) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--services", type=int, default=10000)
-    ap.add_argument("--via", default="sighup")
+    ap.add_argument("--via", choices=VIAS, default="sighup")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kbgpd-bench-reload-") as tmp:
         lab = Lab.up(
             router="bird",
             nodes=1,
-            cluster="file",
+            cluster="file" if args.via == "sighup" else "api",
             services=(),
             state_dir=Path(tmp) / "state",
             directory=Path(tmp) / "lab",
@@ -145,9 +185,12 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
             if doc.get("kind") == "IPAddressPool":
                 doc["spec"]["addresses"].append(str(POOL))
 
-    change_config(lab, widen, args.via)
+    change_config(lab, widen)
     started = time.monotonic()
-    write_cluster(lab, args.services)
+    if args.via == "api":
+        seed_api(lab, args.services)
+    else:
+        write_cluster(lab, args.services)
     wait_count(ctl, "source = RTS_BGP", args.services)
     cold = time.monotonic() - started
     note(f"{args.services} routes at BIRD after {cold:.1f} s")
@@ -161,11 +204,17 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
 
     asn, value = COMMUNITY.split(":")
     wall0 = time.time()
-    t0 = change_config(lab, add_community, args.via)
+    t0 = change_config(lab, add_community)
     t1 = wait_count(ctl, f"bgp_community ~ [({asn}, {value})]", args.services)
     community_seconds = t1 - t0
+    wall1 = time.time()
+    # When the speaker had the new config in force (with the API: the watch event
+    # parsed and checked; with SIGHUP: the config file read).
+    in_force = [t - wall0 for t in log_times(lab, "config.reloaded", wall0)]
     # The SIGHUP path also re-reads the cluster dump (clusterfile.loaded), blocking.
     reread = [t - wall0 for t in log_times(lab, "clusterfile.loaded", wall0)]
+    # Where the time went: what the speaker logged meanwhile (its timestamps).
+    timeline = [f"{t - wall0:.3f} {name}" for t, name in log_events(lab, wall0, wall1)]
     community_reset = lab.router.sessions_since() != since
     community_restart = generation(lab) != gen
     note(f"community on every route after {community_seconds:.3f} s")
@@ -178,7 +227,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
             if doc.get("kind") == "BGPPeer" and doc["metadata"]["name"] == "tor-v6":
                 doc["spec"]["holdTime"] = "30s"
 
-    t0 = change_config(lab, hold, args.via)
+    t0 = change_config(lab, hold)
     deadline = t0 + 600
     while True:
         now_since = lab.router.sessions_since()
@@ -198,7 +247,9 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
                 "via": args.via,
                 "cold_start_all_routes_s": round(cold, 2),
                 "community_all_routes_s": round(community_seconds, 3),
+                "community_config_reloaded_s": [round(x, 3) for x in in_force],
                 "community_dump_reread_done_s": [round(x, 3) for x in reread],
+                "community_speaker_log": timeline[:40],
                 "community_session_reset": community_reset,
                 "community_exabgp_restarted": community_restart,
                 "peer_edit_session_back_s": round(peer_seconds, 3),
