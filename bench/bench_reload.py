@@ -29,8 +29,11 @@ Where the cluster and the configuration live, and so how a change is made
   speaker runs ``--config-from-cluster``, and a change is ``kubectl apply`` of the lab's
   configuration documents, the edited one among them: the path a Kubernetes user takes.
 
-The clock starts before the SIGHUP or the ``kubectl apply``. Prints a JSON summary;
-everything it starts is removed at the end.
+The clock starts before the SIGHUP or the ``kubectl apply``. Prints a JSON summary,
+with the speaker's log lines during the community change (``community_speaker_log``:
+seconds after the change started, event) to say where the time went; ``--logs DIR``
+keeps the speaker's, the controller's and BIRD's logs. Everything it starts is removed
+at the end.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ import ipaddress
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -53,6 +57,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_k8s import BirdCtl
 
+from bgpd.allocation import ANNOTATION_IP_ALLOCATED_FROM_POOL
 from kbgpd_lab.kit.scale import local_service, node1_slice
 from kbgpd_lab.lab.apicluster import node_object
 from kbgpd_lab.lab.lab import Lab, node_addresses
@@ -61,6 +66,8 @@ from kbgpd_lab.lab.routers import BirdRouter
 #: Where the benchmark's Services get their IPs (added to the lab pool).
 POOL = ipaddress.IPv4Network("10.100.0.0/18")
 COMMUNITY = "64512:42"
+#: The lab's IPAddressPool (kbgpd_lab.lab.lab.speaker_config), which the bench widens.
+LAB_POOL = "lab"
 Edit = Callable[[list[dict[str, Any]]], None]
 #: --via: where the cluster and the configuration are, and how a change is made.
 VIAS = ("sighup", "api")
@@ -96,12 +103,18 @@ def write_cluster(lab: Lab, services: int) -> None:
 
 def seed_api(lab: Lab, services: int) -> None:
     """The Services created straight in the lab's API simulator's store (HTTP creates
-    of 20,000 objects would take minutes); the speaker sees them on its watch, the
-    controller keeps their IPs (in the widened pool)."""
+    of 20,000 objects would take minutes); the speaker sees them on its watch. They are
+    what the controller would leave (their IPs in the widened pool, the pool named in
+    the annotation it writes): else it patches every one of them, a minute of Service
+    changes for the speaker, overlapping the measurement."""
     sim = lab.apisim
     if sim is None:
         raise SystemExit("--via api needs the lab's API simulator in this process")
     objects = service_objects(services)
+    for obj in objects:
+        if obj["kind"] == "Service":
+            annotations = obj["metadata"].setdefault("annotations", {})
+            annotations[ANNOTATION_IP_ALLOCATED_FROM_POOL] = LAB_POOL
 
     def create_all() -> None:
         for obj in objects:
@@ -128,7 +141,8 @@ def wait_count(ctl: BirdCtl, query: str, n: int, within: float = 300) -> float:
 
 
 def log_events(lab: Lab, after: float, before: float) -> list[tuple[float, str]]:
-    """The speaker's log lines between two wall-clock times: (time, event)."""
+    """The speaker's log lines between two wall-clock times: (time, event), the event
+    with its peer for the peer.* lines (ExaBGP's own word on each session)."""
     out = []
     for line in (lab.dir / "node1" / "speaker.log").read_text(errors="replace").splitlines():
         words = line.split()
@@ -138,8 +152,14 @@ def log_events(lab: Lab, after: float, before: float) -> list[tuple[float, str]]
             except ValueError:
                 continue  # not a log line of the speaker's (e.g. a traceback)
             if after <= stamp.timestamp() <= before:
-                out.append((stamp.timestamp(), words[2]))
+                peer = [w for w in words[3:4] if w.startswith("peer=")]
+                out.append((stamp.timestamp(), " ".join([words[2], *peer])))
     return out
+
+
+def timeline(lab: Lab, after: float, before: float) -> list[str]:
+    """The speaker's log lines between two wall-clock times, as "SECONDS-AFTER event"."""
+    return [f"{t - after:.3f} {name}" for t, name in log_events(lab, after, before)][:40]
 
 
 def log_times(lab: Lab, event: str, after: float) -> list[float]:
@@ -160,6 +180,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--services", type=int, default=10000)
     ap.add_argument("--via", choices=VIAS, default="sighup")
+    ap.add_argument(
+        "--logs",
+        type=Path,
+        metavar="DIR",
+        help="copy the speaker's, controller's and BIRD's logs here",
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="kbgpd-bench-reload-") as tmp:
         lab = Lab.up(
@@ -173,6 +199,12 @@ def main() -> None:
         try:
             run(lab, args)
         finally:
+            if args.logs is not None:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                logs = ("node1/speaker.log", "controller.log", "router/bird.log")
+                for log in (lab.dir / name for name in logs):
+                    if log.exists():
+                        shutil.copy(log, args.logs / log.name)
             lab.down()
 
 
@@ -214,9 +246,16 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
     # The SIGHUP path also re-reads the cluster dump (clusterfile.loaded), blocking.
     reread = [t - wall0 for t in log_times(lab, "clusterfile.loaded", wall0)]
     # Where the time went: what the speaker logged meanwhile (its timestamps).
-    timeline = [f"{t - wall0:.3f} {name}" for t, name in log_events(lab, wall0, wall1)]
+    community_log = timeline(lab, wall0, wall1)
     community_reset = lab.router.sessions_since() != since
     community_restart = generation(lab) != gen
+    # Service writes by the controller (API only): each is a change for the speaker too.
+    controller_log = lab.dir / "controller.log"
+    controller_writes = (
+        controller_log.read_text(errors="replace").count(" controller.service_updated ")
+        if controller_log.exists()
+        else 0
+    )
     note(f"community on every route after {community_seconds:.3f} s")
 
     v4 = {a for a in since if a.version == 4}
@@ -227,6 +266,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
             if doc.get("kind") == "BGPPeer" and doc["metadata"]["name"] == "tor-v6":
                 doc["spec"]["holdTime"] = "30s"
 
+    peer_wall0 = time.time()
     t0 = change_config(lab, hold)
     deadline = t0 + 600
     while True:
@@ -238,6 +278,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
             raise TimeoutError(f"tor-v6 session not re-established: speaker says {peers}")
         time.sleep(0.02)
     peer_seconds = time.monotonic() - t0
+    peer_log = timeline(lab, peer_wall0, time.time())
     load = os.getloadavg()
     ctl.close()
     print(
@@ -249,11 +290,18 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
                 "community_all_routes_s": round(community_seconds, 3),
                 "community_config_reloaded_s": [round(x, 3) for x in in_force],
                 "community_dump_reread_done_s": [round(x, 3) for x in reread],
-                "community_speaker_log": timeline[:40],
+                "community_speaker_log": community_log,
                 "community_session_reset": community_reset,
+                "controller_service_writes": controller_writes,
                 "community_exabgp_restarted": community_restart,
                 "peer_edit_session_back_s": round(peer_seconds, 3),
                 "peer_edit_other_session_reset": any(now_since[a] != since[a] for a in v4),
+                "peer_edit_speaker_log": peer_log,
+                # BIRD's since times (the marks compared): before the changes, after.
+                "sessions_since": [
+                    {str(a): since[a] for a in sorted(since, key=str)},
+                    {str(a): now_since[a] for a in sorted(now_since, key=str)},
+                ],
                 "routes_after_peer_edit": count(BirdCtl(lab.router), "source = RTS_BGP"),
                 "exabgp_generation": generation(lab),
                 "loadavg": [round(x, 2) for x in load],
