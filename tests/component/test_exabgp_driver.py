@@ -560,7 +560,7 @@ async def test_speaker_stall_with_commands_in_flight_keeps_exabgp(
         rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
         await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 20)
         pid = rt.supervisor.pid
-        sessions = await in_thread(bird_router.sessions)
+        sessions = await in_thread(bird_router.sessions_since)
         assert len(sessions) == 1
         core = rt.driver.core
         send = core.next_commands
@@ -596,7 +596,7 @@ async def test_speaker_stall_with_commands_in_flight_keeps_exabgp(
             assert not stalls
             assert rt.driver.stats.ack_timeouts == 0
             assert rt.supervisor.pid == pid
-            assert await in_thread(bird_router.sessions) == sessions
+            assert await in_thread(bird_router.sessions_since) == sessions
         assert all(in_flight_at_stall), in_flight_at_stall
 
 

@@ -326,7 +326,9 @@ async def test_a_broker_that_never_answers_delays_nothing() -> None:
             assert not pub.connected
             assert pub.queued == 100
             assert pub.dropped == 4900
-            assert worst < 0.02, worst
+            # Generous (a loaded machine pauses any code): a publish that waited on the
+            # silent broker would take the 0.5 s timeout.
+            assert worst < 0.25, worst
     finally:
         for w in accepted:
             w.close()

@@ -44,7 +44,8 @@ def seed(sim: ApiSimulator, work: Path) -> None:
             peerPort=free_port(below=16385),
         ),
         manifests.advertisement("svc", ipAddressPools=["svc"]),
-        manifests.speaker_config(workDir=str(work), drainWindow="1s"),
+        # exposeStatus: the test reads /status over TCP (off by default: issue 15).
+        manifests.speaker_config(workDir=str(work), drainWindow="1s", exposeStatus=True),
     ):
         sim.store.create(obj, namespace=NS)
     sim.store.create(node("n1"))
