@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
@@ -183,6 +184,22 @@ SPEAKER: Final = KindTable(
 )
 
 
+def _flag(doc: Doc, f: Mapping[str, object], name: str, default: bool) -> bool:
+    """An optional boolean field of spec: absent keeps the default, an invalid one is an
+    error (and the default, so parsing goes on to report the rest)."""
+    if f.get(name) is None:
+        return default
+    return read_bool(doc, f"spec.{name}", f[name]) is True
+
+
+def _duration(doc: Doc, f: Mapping[str, object], name: str, default: float, maximum: int) -> float:
+    """An optional duration field of spec in seconds, bounded by `maximum`."""
+    if f.get(name) is None:
+        return default
+    got = read_duration(doc, f"spec.{name}", f[name], numbers=True, maximum=maximum)
+    return float(got) if got is not None else default
+
+
 def _host_port(doc: Doc, path: str, value: object) -> str | None:
     """HOST:PORT, IPv6 hosts in brackets; port 0 asks the kernel for a free one (tests)."""
     text = read_text(doc, path, value)
@@ -230,10 +247,7 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     mqtt = None
     if f.get("mqtt") is not None:
         mqtt = _mqtt(doc, "spec.mqtt", f["mqtt"])
-    debounce = d.debounce
-    if f.get("debounce") is not None:
-        got = read_duration(doc, "spec.debounce", f["debounce"], numbers=True, maximum=DEBOUNCE_MAX)
-        debounce = float(got) if got is not None else debounce
+    debounce = _duration(doc, f, "debounce", d.debounce, DEBOUNCE_MAX)
     log_format = d.log_format
     if f.get("logFormat") is not None:
         lf = f["logFormat"]
@@ -241,12 +255,7 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
             doc.error("spec.logFormat", f"{show(lf)} is not one of text, json")
         else:
             log_format = LogFormat(str(lf))
-    drain = d.drain_window
-    if f.get("drainWindow") is not None:
-        got = read_duration(
-            doc, "spec.drainWindow", f["drainWindow"], numbers=True, maximum=DRAIN_WINDOW_MAX
-        )
-        drain = float(got) if got is not None else drain
+    drain = _duration(doc, f, "drainWindow", d.drain_window, DRAIN_WINDOW_MAX)
     on_sigterm = d.on_sigterm
     if f.get("onSigterm") is not None:
         action = f["onSigterm"]
@@ -257,21 +266,15 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
             )
         else:
             on_sigterm = SigtermAction(str(action))
-    listen = d.listen
-    if f.get("listen") is not None:
-        listen = read_bool(doc, "spec.listen", f["listen"]) is True
+    listen = _flag(doc, f, "listen", d.listen)
     data_plane = None
     if f.get("dataPlaneCheck") is not None:
         data_plane = _data_plane_check(doc, "spec.dataPlaneCheck", f["dataPlaneCheck"])
-    allow_empty = d.allow_empty_config
-    if f.get("allowEmptyConfig") is not None:
-        allow_empty = read_bool(doc, "spec.allowEmptyConfig", f["allowEmptyConfig"]) is True
+    allow_empty = _flag(doc, f, "allowEmptyConfig", d.allow_empty_config)
     policy = None
     if f.get("annotationPolicy") is not None:
         policy = _annotation_policy(doc, "spec.annotationPolicy", f["annotationPolicy"])
-    expose_status = d.expose_status
-    if f.get("exposeStatus") is not None:
-        expose_status = read_bool(doc, "spec.exposeStatus", f["exposeStatus"]) is True
+    expose_status = _flag(doc, f, "exposeStatus", d.expose_status)
     if doc.errors != before:
         return None
     return SpeakerConfig(
