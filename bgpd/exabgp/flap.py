@@ -11,7 +11,20 @@ back-off restarts from zero after every Established session), and the two replac
 other for as long as both run. Without graceful restart the router refuses the newcomer
 (RFC 4271 6.8: a collision with an Established session closes the new connection; FRR
 sends Cease/Connection Collision Resolution, BIRD closes it) and only the newcomer's
-ExaBGP retries, on its own growing back-off. docs/operations.md has the measured figures.
+ExaBGP retries, on its own growing back-off. Measured in the lab (a second speaker in
+node1's namespace, tests/e2e/test_lab_duplicate_speaker.py), hazards to keep in mind:
+
+* BIRD 2 with graceful restart: 539 Established sessions from node1's address in 30 s
+  (~20 a second, each one an End-of-RIB on both speakers); FRR 8.4: 12 in 27 s. Without
+  graceful restart: none (FRR: Cease 6/7 to the newcomer; BIRD closes it).
+* The other nodes' sessions and routes never moved.
+* ExaBGP 5.0.15 resets its connect back-off (0, 1, 2, 3, ... 60 s) whenever a session
+  reaches Established and on ``teardown``, and has no command that keeps one neighbour
+  from reconnecting: holding a session down needs the neighbour out of ExaBGP's
+  configuration (or ``passive``) for the interval, which this module computes.
+* A second speaker that listens (SpeakerConfig ``listen: true``) on the same address
+  cannot start at all: its ExaBGP exits with return code 1 six times in 14 s (the
+  first speaker's ExaBGP listens there) and the supervisor gives up (exabgp.crash_loop).
 
 The rule: a session that went down ``downs`` times within ``window`` seconds is
 flapping; it is then held down for ``first`` seconds, each further hold-down of the same

@@ -767,26 +767,33 @@ class Lab:
             proc = ns.popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return proc.pid
 
-    def start_speaker(self, i: int) -> int:
-        """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
-        d = self._node_dir(i)
+    def _speaker_argv(
+        self, config: list[str], node_name: str, work_dir: Path, status: str
+    ) -> list[str]:
+        """``kube-bgpd speaker`` reading ``config`` as ``node_name``, the cluster from the
+        lab's API or dump."""
         source = (
             ["--kubeconfig", str(self.kubeconfig)]
             if self._rec.cluster == "api"
             else ["--cluster-file", str(self.dump_path)]
         )
-        argv = [
+        return [
             *kube_bgpd_argv(),
             "speaker",
-            *self._config_args(),
+            *config,
             "--node-name",
-            f"node{i}",
+            node_name,
             *source,
             "--work-dir",
-            str(d / "work"),
+            str(work_dir),
             "--metrics-address",
-            STATUS_ADDRESS,
+            status,
         ]
+
+    def start_speaker(self, i: int) -> int:
+        """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
+        d = self._node_dir(i)
+        argv = self._speaker_argv(self._config_args(), f"node{i}", d / "work", STATUS_ADDRESS)
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.speakers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
@@ -805,24 +812,8 @@ class Lab:
             if doc.get("kind") == "SpeakerConfig":
                 doc["spec"]["listen"] = False
         (d / "config.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
-        source = (
-            ["--kubeconfig", str(self.kubeconfig)]
-            if self._rec.cluster == "api"
-            else ["--cluster-file", str(self.dump_path)]
-        )
-        argv = [
-            *kube_bgpd_argv(),
-            "speaker",
-            "--config",
-            str(d / "config.yaml"),
-            "--node-name",
-            node_name,
-            *source,
-            "--work-dir",
-            str(d / "work"),
-            "--metrics-address",
-            DUPLICATE_STATUS_ADDRESS,
-        ]
+        config = ["--config", str(d / "config.yaml")]
+        argv = self._speaker_argv(config, node_name, d / "work", DUPLICATE_STATUS_ADDRESS)
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.duplicates[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
