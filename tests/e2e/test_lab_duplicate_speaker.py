@@ -1,0 +1,83 @@
+"""Issue 15 item 10 at real routers: a second speaker opening its session from node1's
+address (a systemd unit and a pod on one host). Measured: without graceful restart the
+router keeps the Established session and refuses the newcomer (RFC 4271 6.8); with it,
+the router takes each new OPEN as the peer restarting (RFC 4724) and the two sessions
+replace each other. Either way the other node's session and routes do not move, the
+speakers' logs stay bounded and the newcomer says what is probably wrong."""
+
+from __future__ import annotations
+
+import ipaddress
+import time
+from collections.abc import Callable
+
+import pytest
+
+from kbgpd_lab.kit.waiting import wait_until
+from kbgpd_lab.lab.lab import Lab, LabService, node_addresses
+
+WEB4 = LabService("web", ("10.99.100.1",), pod_nodes=(1, 2))
+#: How long the two speakers run side by side.
+WINDOW = 20.0
+
+
+def lines(lab: Lab, i: int, *, duplicate: bool = False) -> int:
+    path = lab.duplicate_log(i) if duplicate else lab.dir / f"node{i}" / "speaker.log"
+    return len(path.read_text(errors="replace").splitlines())
+
+
+@pytest.mark.parametrize("graceful_restart", [False, True], ids=["no-gr", "gr"])
+@pytest.mark.parametrize("router", ["frr", "bird"])
+def test_a_duplicate_speaker_moves_no_other_node_and_floods_no_log(
+    make_lab: Callable[..., Lab], router: str, graceful_restart: bool
+) -> None:
+    lab = make_lab(
+        router=router,
+        nodes=2,
+        ipv6=False,
+        cluster="file",
+        graceful_restart=graceful_restart,
+        services=[WEB4],
+    )
+    lab.wait_service(WEB4)
+    node1, node2 = (ipaddress.ip_address(node_addresses(lab.topology, i)[0]) for i in (1, 2))
+    net = ipaddress.ip_network("10.99.100.1/32")
+    before = lab.router.sessions()
+    assert set(before) == {node1, node2}
+    lines_before = lines(lab, 1)
+
+    lab.start_duplicate_speaker(1, "node2")
+    start = time.monotonic()
+    node1_tokens = {before[node1]}
+    node2_missing = 0
+    while time.monotonic() - start < WINDOW:
+        now = lab.router.sessions()
+        if now.get(node2) != before[node2]:
+            node2_missing += 1
+        if node1 in now:
+            node1_tokens.add(now[node1])
+        hops = {p.next_hop for p in lab.router.rib(4).get(net, [])}
+        assert node2 in hops, f"node2's route left the router: {hops}"
+        time.sleep(0.05)
+
+    # The other node: its session never reset, its route never left (checked above).
+    assert node2_missing == 0
+    # The newcomer says what is probably wrong.
+    wait_until(
+        lambda: "peer.flapping" in lab.duplicate_log(1).read_text(errors="replace"),
+        within=30,
+        what="peer.flapping from the second speaker",
+    )
+    if not graceful_restart:
+        # RFC 4271 6.8: the Established session is kept, the newcomer refused.
+        assert node1_tokens == {before[node1]}
+    # Session and End-of-RIB lines are limited per peer (5 per 10 s each): the window
+    # allows (5 + 5) * 3 + a few others, whatever the flap rate.
+    assert lines(lab, 1) - lines_before <= 40
+    assert lines(lab, 1, duplicate=True) <= 60
+    lab.stop_duplicate_speaker(1)
+    wait_until(
+        lambda: lab.router.sessions().keys() == {node1, node2},
+        within=30,
+        what="node1's session Established again after the second speaker stopped",
+    )
