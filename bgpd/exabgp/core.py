@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down
+from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
     Command,
@@ -784,6 +784,10 @@ class DriverCore:
     def held_down(self, now: float) -> set[PeerName]:
         """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""
         return {name for name, f in self._flaps.items() if held(f, now)}
+
+    def hold_down_ends(self, now: float) -> float | None:
+        """When the next hold-down held at ``now`` ends (None: none is held)."""
+        return release_at(self._flaps.values(), now)
 
     def neighbors(self) -> Mapping[PeerName, Neighbor]:
         return dict(self._neighbors)

@@ -34,11 +34,17 @@ held down are not counted (holding down is what causes them). An episode ends af
 ``quiet`` seconds without a down: the next hold-down starts from ``first`` again.
 
 What it must not do: decide anything but the interval; the driver core logs the
-warning (``peer.flapping``) and the transport acts on the interval.
+warning (``peer.flapping``) and says which peers are held and until when
+(``DriverCore.held_down``, ``hold_down_ends``); the speaker acts on it
+(bgpd.speaker.app ``_hold_downs``): it renders a held peer ``passive`` (ExaBGP opens no
+connection for it; with ``listen`` off the session waits) and reloads ExaBGP in place,
+which resets that session alone (``passive`` is not part of the session key, so ExaBGP
+keeps its routes and re-sends them), and renders it back when the hold-down ends.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -108,3 +114,10 @@ def on_down(policy: FlapPolicy, state: FlapState, at: float, rand: float) -> Ver
     interval = hold_down_interval(policy, level, rand)
     # The downs that made this hold-down are spent: the next one needs as many again.
     return Verdict(FlapState((), level + 1, at + interval, at), interval)
+
+
+def release_at(states: Iterable[FlapState], now: float) -> float | None:
+    """When the next of these hold-downs ends (None: none is held at ``now``): the
+    speaker re-renders ExaBGP's configuration then, to let that session connect again."""
+    ends = [s.held_until for s in states if s.held_until is not None and held(s, now)]
+    return min(ends, default=None)

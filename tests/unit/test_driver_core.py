@@ -400,6 +400,12 @@ def test_a_flapping_session_is_named_with_its_likely_cause(
     assert (1 - policy.jitter) * policy.first <= context["hold_down"] <= policy.first
     assert c.held_down(1000.0 + 0.2) == {GR}
     assert c.held_down(1000.0 + 200 * 0.02 + policy.cap) == set()
+    # When it ends, for the speaker's timer (it renders the peer back then).
+    end = c.hold_down_ends(1000.0 + 0.2)
+    assert end is not None
+    assert c.held_down(end - 0.01) == {GR}
+    assert c.held_down(end) == set()
+    assert c.hold_down_ends(end) is None
 
 
 def test_end_of_rib_lines_of_a_flapping_session_are_limited(

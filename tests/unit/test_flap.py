@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bgpd.exabgp.flap import FlapPolicy, FlapState, held, hold_down_interval, on_down
+from bgpd.exabgp.flap import (
+    FlapPolicy,
+    FlapState,
+    held,
+    hold_down_interval,
+    on_down,
+    release_at,
+)
 
 POLICY = FlapPolicy(downs=3, window=10.0, first=5.0, factor=2.0, cap=40.0, jitter=0.5, quiet=100.0)
 
@@ -71,6 +78,15 @@ def test_held_until_the_interval_ends() -> None:
     assert held(state, 6.99)
     assert not held(state, 7.0)
     assert not held(FlapState(), 0.0)
+
+
+def test_release_at_is_the_next_end_of_a_hold_down_in_force() -> None:
+    """The speaker's timer wakes then; ended and absent hold-downs do not count."""
+    ends_at = [FlapState(held_until=t) for t in (7.0, 3.0, 12.0)]
+    assert release_at(ends_at, 0.0) == 3.0
+    assert release_at(ends_at, 3.0) == 7.0
+    assert release_at(ends_at, 12.0) is None
+    assert release_at([FlapState()], 0.0) is None
 
 
 @settings(max_examples=300, deadline=None)
