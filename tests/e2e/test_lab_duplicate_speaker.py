@@ -8,6 +8,7 @@ speakers' logs stay bounded and the newcomer says what is probably wrong."""
 from __future__ import annotations
 
 import ipaddress
+import itertools
 import time
 from collections.abc import Callable
 
@@ -34,6 +35,20 @@ def replacement_bound(policy: FlapPolicy, window: float) -> int:
         spent += min(policy.cap, policy.first * policy.factor**holds) * (1 - policy.jitter)
         holds += 1
     return 2 * policy.downs * (holds + 1)
+
+
+def sessions_seen(router: str, marks: set[str]) -> int:
+    """How many sessions these marks (Router.sessions_since) are. FRR's mark is its count
+    of sessions established; BIRD's is the since time, which moved by a millisecond on
+    one session in two of our runs: marks within 5 ms are one session (replacements came
+    >= 50 ms apart at their fastest)."""
+    if router != "bird":
+        return len(marks)
+    times = sorted(
+        sum(float(x) * m for x, m in zip(mark.split()[-1].split(":"), (3600, 60, 1), strict=True))
+        for mark in marks
+    )
+    return 1 + sum(1 for a, b in itertools.pairwise(times) if b - a > 0.005)
 
 
 def lines(lab: Lab, i: int, *, duplicate: bool = False) -> int:
@@ -64,11 +79,11 @@ def test_a_duplicate_speaker_moves_no_other_node_and_floods_no_log(
     lab.start_duplicate_speaker(1, "node2")
     start = time.monotonic()
     node1_tokens = {before[node1]}
-    node2_missing = 0
+    node2_marks = {before[node2]}
     while time.monotonic() - start < WINDOW:
         now = lab.router.sessions_since()
-        if now.get(node2) != before[node2]:
-            node2_missing += 1
+        assert node2 in now, "node2's session went down"
+        node2_marks.add(now[node2])
         if node1 in now:
             node1_tokens.add(now[node1])
         hops = {p.next_hop for p in lab.router.rib(4).get(net, [])}
@@ -76,7 +91,7 @@ def test_a_duplicate_speaker_moves_no_other_node_and_floods_no_log(
         time.sleep(0.05)
 
     # The other node: its session never reset, its route never left (checked above).
-    assert node2_missing == 0
+    assert sessions_seen(router, node2_marks) == 1, node2_marks
     # The newcomer says what is probably wrong.
     wait_until(
         lambda: "peer.flapping" in lab.duplicate_log(1).read_text(errors="replace"),
@@ -85,7 +100,7 @@ def test_a_duplicate_speaker_moves_no_other_node_and_floods_no_log(
     )
     if not graceful_restart:
         # RFC 4271 6.8: the Established session is kept, the newcomer refused.
-        assert node1_tokens == {before[node1]}
+        assert sessions_seen(router, node1_tokens) == 1, node1_tokens
     else:
         # The two speakers replaced each other ~18 times a second at BIRD before the
         # hold-down was applied (~360 in the window); now each holds itself down
@@ -96,7 +111,7 @@ def test_a_duplicate_speaker_moves_no_other_node_and_floods_no_log(
             last = max(int(t) for t in node1_tokens)
             replaced = last - int(before[node1])
         else:
-            replaced = len(node1_tokens) - 1
+            replaced = sessions_seen(router, node1_tokens) - 1
         bound = replacement_bound(FLAP_POLICY, WINDOW)
         print(f"{router}: {replaced} session replacements in {WINDOW} s (bound {bound})")
         assert replaced <= bound
