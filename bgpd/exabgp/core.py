@@ -44,12 +44,14 @@ import collections
 import ipaddress
 import itertools
 import logging
+import random
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
     Command,
@@ -92,12 +94,13 @@ STALL_GAP = 2.0
 #: when a router's hold timer drops the node.
 PROBE_INTERVAL = 5.0
 
-#: A session that went down this many times within FLAP_WINDOW seconds is flapping.
-FLAP_DOWNS = 5
-FLAP_WINDOW = 60.0
+#: When a session is flapping and how long it is held down: bgpd.exabgp.flap.
+FLAP_POLICY = FlapPolicy()
+FLAP_DOWNS = FLAP_POLICY.downs
+FLAP_WINDOW = FLAP_POLICY.window
 #: What a flapping session most likely means, said in its log line: measured with two
 #: speakers using one source address (the router keeps one session per address and
-#: drops the other, again and again).
+#: drops the other, again and again; with graceful restart ~20 times a second at BIRD).
 FLAP_HINT = "another speaker with the same source address or router-id?"
 
 
@@ -190,8 +193,13 @@ class DriverCore:
         probe_interval: float | None = PROBE_INTERVAL,
         emit: Callable[[SpeakerEvent], None] = _ignore,
         reload_settle: float = RELOAD_SETTLE,
+        flap_policy: FlapPolicy = FLAP_POLICY,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         self.node = node
+        self.flap_policy = flap_policy
+        #: A random number in [0, 1) per hold-down (its jitter); tests pass their own.
+        self._rand = rand
         self.window = window
         self.batch = batch
         self.ack_timeout = ack_timeout
@@ -233,8 +241,8 @@ class DriverCore:
         self._overdue_seen = False
         #: When the last command was written (monotonic), for the idle probe.
         self._last_sent: float | None = None
-        #: Per peer, when its session went down lately (FLAP_WINDOW).
-        self._downs: dict[PeerName, collections.deque[float]] = {}
+        #: Per peer, its flap history and hold-down (bgpd.exabgp.flap).
+        self._flaps: dict[PeerName, FlapState] = {}
         #: Session lines per peer: a flapping session must not flood the log.
         self._log_limiter = LogLimiter()
         #: One flapping warning per peer and FLAP_WINDOW.
@@ -330,7 +338,7 @@ class DriverCore:
         if done:
             if cmd.kind is CommandKind.EOR and cmd.peer is not None:
                 self._eor_due.discard(cmd.peer)
-                log(_logger, logging.INFO, "driver.eor_sent", peer=cmd.peer)
+                self._log_eor(True, cmd.peer, at)
             if cmd.peer is not None:
                 if cmd.peer in self._uncertain:
                     self._uncertain[cmd.peer].difference_update(p for p, _ in cmd.changes)
@@ -346,7 +354,7 @@ class DriverCore:
         elif cmd.kind is CommandKind.EOR and cmd.peer is not None:
             # Not established any more: the next "up" event asks for it again.
             self._eor_due.discard(cmd.peer)
-            log(_logger, logging.INFO, "driver.eor_refused", peer=cmd.peer)
+            self._log_eor(False, cmd.peer, at)
         else:
             # Its routes fall back to what ExaBGP acknowledged before and are planned
             # again on the next apply (not at once: a deterministic error would loop).
@@ -409,6 +417,15 @@ class DriverCore:
             for p in prefixes:
                 sent.setdefault(p, _UNCERTAIN)
 
+    def _log_eor(self, sent: bool, peer: PeerName, at: float) -> None:
+        """One End-of-RIB line per session that came up: limited per peer like the
+        session lines (a session replaced ~20 times a second logged as many)."""
+        limiter, key = self._log_limiter, f"eor {peer}"
+        if sent:
+            log_limited(limiter, key, at, _logger, logging.INFO, "driver.eor_sent", peer=peer)
+        else:
+            log_limited(limiter, key, at, _logger, logging.INFO, "driver.eor_refused", peer=peer)
+
     def on_event(self, doc: Mapping[str, Any], at: float) -> None:
         """One of ExaBGP's JSON messages: session states matter (an established
         graceful-restart session is due an End-of-RIB once its routes are acknowledged)."""
@@ -459,11 +476,10 @@ class DriverCore:
             reason=reason,
         )
         if state is SessionState.DOWN and was is not SessionState.DOWN:
-            downs = self._downs.setdefault(name, collections.deque())
-            downs.append(at)
-            while downs and at - downs[0] > FLAP_WINDOW:
-                downs.popleft()
-            if len(downs) >= FLAP_DOWNS:
+            history = self._flaps.get(name, FlapState())
+            verdict = on_down(self.flap_policy, history, at, self._rand())
+            self._flaps[name] = verdict.state
+            if verdict.hold_down is not None:
                 log_limited(
                     self._flap_limiter,
                     f"flapping {name}",
@@ -472,8 +488,9 @@ class DriverCore:
                     logging.WARNING,
                     "peer.flapping",
                     peer=name,
-                    downs=len(downs),
-                    seconds=FLAP_WINDOW,
+                    downs=self.flap_policy.downs,
+                    seconds=self.flap_policy.window,
+                    hold_down=round(verdict.hold_down, 1),
                     hint=f"session to {name} flapping: {FLAP_HINT}",
                 )
         self.emit(PeerEvent(self.node, name, state, reason, at))
@@ -763,6 +780,14 @@ class DriverCore:
 
     def acknowledged(self) -> DesiredRoutes:
         return {p: dict(r) for p, r in self._acked.items() if r}
+
+    def held_down(self, now: float) -> set[PeerName]:
+        """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""
+        return {name for name, f in self._flaps.items() if held(f, now)}
+
+    def hold_down_ends(self, now: float) -> float | None:
+        """When the next hold-down held at ``now`` ends (None: none is held)."""
+        return release_at(self._flaps.values(), now)
 
     def neighbors(self) -> Mapping[PeerName, Neighbor]:
         return dict(self._neighbors)

@@ -296,6 +296,12 @@ class Speaker:
         self.write_error = ""
         self._write_failures = 0
         self._write_retry: asyncio.TimerHandle | None = None
+        #: The last pass's inputs, rendered again when a hold-down starts or ends, and
+        #: the peers held down in the last rendering installed (_hold_downs).
+        self._rendered_from: (
+            tuple[ClusterSnapshot, Mapping[PeerName, IPAddress | None] | None] | None
+        ) = None
+        self._held_rendered: set[PeerName] = set()
         #: The drain (bgpd.speaker.drain owns its rules; this only carries them out).
         self.drain_state = DrainState(window=sc.drain_window)
         self._drain_timer: asyncio.TimerHandle | None = None
@@ -338,6 +344,24 @@ class Speaker:
             log(_logger, logging.INFO, "speaker.node_found", node=self.node)
         self._node_missing = missing
 
+    async def _hold_downs(self) -> None:
+        """Carry out the driver core's hold-downs (bgpd.exabgp.flap decides which peers
+        and until when): re-render when a session starts being held down (it is rendered
+        ``passive``) and when a hold-down ends (it connects again; ExaBGP re-sends the
+        routes it holds for it). Woken by the driver's events and the next end."""
+        events = self.driver.subscribe()
+        try:
+            while True:
+                end = self.driver.core.hold_down_ends(time.time())
+                timeout = None if end is None else max(0.0, end - time.time()) + 0.01
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(events.get(), timeout)
+                held = self.driver.core.held_down(time.time())
+                if self._rendered_from is not None and held != self._held_rendered:
+                    self._render(*self._rendered_from)
+        finally:
+            self.driver.unsubscribe(events)
+
     async def _reconcile(self) -> None:
         async with contextlib.aclosing(self.reconciler.changes()) as batches:
             async for first_change in batches:
@@ -371,14 +395,24 @@ class Speaker:
             else kernel_choices,
             passwords=self.render_inputs.passwords(secrets),
             helper_argv=helper_argv(),
+            held=self.driver.core.held_down(time.time()),
         )
 
     def _before_apply(self, decided: Pass) -> None:
         # The Kubernetes source records "started/stopped announcing" Events (never blocks).
         if self._observer is not None:
             self._observer.observe_decision(decided.decision, changes=decided.changes)
+        self._rendered_from = (decided.snapshot, decided.kernel_choices)
+        self._render(*self._rendered_from)
+
+    def _render(
+        self,
+        snapshot: ClusterSnapshot,
+        kernel_choices: Mapping[PeerName, IPAddress | None] | None,
+    ) -> None:
+        """Render and install; a rendering that fails keeps the running configuration."""
         try:
-            rendering = self.render_now(decided.snapshot, decided.kernel_choices)
+            rendering = self.render_now(snapshot, kernel_choices)
         except (ExaBGPError, ValueError) as exc:
             # Keep the running ExaBGP and its configuration; say why.
             self.render_error = str(exc)
@@ -419,6 +453,7 @@ class Speaker:
             return
         if self._write_failures:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
+        self._held_rendered = self.driver.core.held_down(time.time())
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
@@ -874,6 +909,7 @@ class Speaker:
                 tg.create_task(self._run_exabgp(), name="exabgp")
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
+                tg.create_task(self._hold_downs(), name="hold-downs")
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")

@@ -97,6 +97,8 @@ LAB_FILE = "lab.json"
 API_ADDRESS = ipaddress.IPv4Address("172.31.250.2")
 #: Each speaker's status listener, on its own namespace's loopback.
 STATUS_ADDRESS = "127.0.0.1:7473"
+#: A second speaker's in the same namespace (Lab.start_duplicate_speaker).
+DUPLICATE_STATUS_ADDRESS = "127.0.0.1:7474"
 #: Where the lab's configuration objects live (kube-bgpd's default, MetalLB's namespace).
 CONFIG_NAMESPACE = "metallb-system"
 KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
@@ -362,6 +364,8 @@ class _Recorded:
     health_servers: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Per node: what its stand-in is told to answer (Lab.set_proxy_health).
     proxy: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Second speakers in a node's namespace (Lab.start_duplicate_speaker), per node.
+    duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 class Lab:
@@ -763,30 +767,70 @@ class Lab:
             proc = ns.popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         return proc.pid
 
-    def start_speaker(self, i: int) -> int:
-        """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
-        d = self._node_dir(i)
+    def _speaker_argv(
+        self, config: list[str], node_name: str, work_dir: Path, status: str
+    ) -> list[str]:
+        """``kube-bgpd speaker`` reading ``config`` as ``node_name``, the cluster from the
+        lab's API or dump."""
         source = (
             ["--kubeconfig", str(self.kubeconfig)]
             if self._rec.cluster == "api"
             else ["--cluster-file", str(self.dump_path)]
         )
-        argv = [
+        return [
             *kube_bgpd_argv(),
             "speaker",
-            *self._config_args(),
+            *config,
             "--node-name",
-            f"node{i}",
+            node_name,
             *source,
             "--work-dir",
-            str(d / "work"),
+            str(work_dir),
             "--metrics-address",
-            STATUS_ADDRESS,
+            status,
         ]
+
+    def start_speaker(self, i: int) -> int:
+        """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
+        d = self._node_dir(i)
+        argv = self._speaker_argv(self._config_args(), f"node{i}", d / "work", STATUS_ADDRESS)
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.speakers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
         return pid
+
+    def start_duplicate_speaker(self, i: int, node_name: str) -> int:
+        """A second ``kube-bgpd speaker`` in node I's namespace claiming to be
+        ``node_name``: its sessions open from node I's address, like a systemd unit and a
+        pod on one host. It has its own work directory and status address, and reads a
+        copy of the configuration that does not listen (node I's ExaBGP holds port 179).
+        Returns its PID; stop_duplicate_speaker(i) or down() stops it."""
+        d = self._node_dir(i) / "duplicate"
+        d.mkdir(parents=True, exist_ok=True)
+        docs = self.config_documents()
+        for doc in docs:
+            if doc.get("kind") == "SpeakerConfig":
+                doc["spec"]["listen"] = False
+        (d / "config.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+        config = ["--config", str(d / "config.yaml")]
+        argv = self._speaker_argv(config, node_name, d / "work", DUPLICATE_STATUS_ADDRESS)
+        pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
+        self._rec.duplicates[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
+        self._save()
+        return pid
+
+    def duplicate_log(self, i: int) -> Path:
+        """The log of node I's second speaker (start_duplicate_speaker)."""
+        return self._node_dir(i) / "duplicate" / "speaker.log"
+
+    def stop_duplicate_speaker(self, i: int, *, timeout: float = 30) -> None:
+        """SIGTERM node I's second speaker and wait for it to exit."""
+        pid = _alive(self._rec.duplicates.get(str(i)))
+        if pid is not None:
+            stop_pid(pid, timeout)
+            self.topology.nodes[i - 1].wait_child(pid, 1.0)
+        self._rec.duplicates.pop(str(i), None)
+        self._save()
 
     def speaker_pid(self, i: int) -> int | None:
         return _alive(self._rec.speakers.get(str(i)))
@@ -1066,6 +1110,9 @@ class Lab:
 
     def down(self) -> None:
         """Stop everything, delete the namespaces, forget the lab. Idempotent."""
+        for i in list(self._rec.duplicates):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                self.stop_duplicate_speaker(int(i), timeout=5)
         for i in list(self._rec.speakers):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 self.stop_speaker(int(i), signal.SIGKILL, timeout=5)
@@ -1102,7 +1149,8 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
             rec = None
         if rec is not None:
             servers = [*rec.servers.values(), *rec.health_servers.values()]
-            for entry in [*rec.speakers.values(), *servers, rec.controller]:
+            speakers = [*rec.speakers.values(), *rec.duplicates.values()]
+            for entry in [*speakers, *servers, rec.controller]:
                 pid = _alive(entry)
                 if pid is not None:
                     stop_pid(pid, 1.0)

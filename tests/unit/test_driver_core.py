@@ -393,6 +393,38 @@ def test_a_flapping_session_is_named_with_its_likely_cause(
         f"session to {GR} flapping: another speaker with the same source address or router-id?"
     )
     assert c.peer_status()[GR].state is SessionState.DOWN  # the state is never limited
+    # The warning says how long the session is held down (bgpd.exabgp.flap), and the
+    # core reports it held down for that long.
+    context = getattr(warning, "kube_bgpd_context", {})
+    policy = c.flap_policy
+    assert (1 - policy.jitter) * policy.first <= context["hold_down"] <= policy.first
+    assert c.held_down(1000.0 + 0.2) == {GR}
+    assert c.held_down(1000.0 + 200 * 0.02 + policy.cap) == set()
+    # When it ends, for the speaker's timer (it renders the peer back then).
+    end = c.hold_down_ends(1000.0 + 0.2)
+    assert end is not None
+    assert c.held_down(end - 0.01) == {GR}
+    assert c.held_down(end) == set()
+    assert c.hold_down_ends(end) is None
+
+
+def test_end_of_rib_lines_of_a_flapping_session_are_limited(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every Established session of a graceful-restart peer is due an End-of-RIB: a
+    session replaced ~20 times a second logged as many `driver.eor_sent` lines."""
+    c = core()
+    c.next_commands(0.0)
+    with caplog.at_level(logging.INFO, logger="bgpd.exabgp.driver"):
+        for i in range(100):
+            c.on_event(state_doc(GR, SessionState.UP), 1000.0 + i * 0.05)
+            (eor,) = c.next_commands(float(i))
+            assert eor.kind is CommandKind.EOR
+            c.on_ack(True, 1000.0 + i * 0.05)
+            c.on_event(state_doc(GR, SessionState.DOWN), 1000.0 + i * 0.05 + 0.01)
+    eors = [r for r in caplog.records if r.getMessage() == "driver.eor_sent"]
+    assert 1 <= len(eors) <= 5
+    assert c.stats.commands_sent["eor"] == 100
 
 
 def test_unexpected_ack_is_ignored() -> None:

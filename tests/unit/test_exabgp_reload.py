@@ -211,20 +211,54 @@ print(json.dumps(sorted(conf.neighbors)))
 """
 
 
+def exabgp_reads(script: str, path: Path) -> object:
+    """What ``script`` prints (JSON) about the configuration at ``path``, in a child."""
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def test_session_key_is_exabgps_own_neighbour_name(tmp_path: Path) -> None:
     """Parsed by ExaBGP 5.0.15's configuration parser, each rendered neighbour is keyed
     by exactly the session_key the verdict compares."""
     neighbors = (NA, nb("b", "2001:db8::1", local="2001:db8::10", router_id="192.0.2.10"))
     path = tmp_path / "exabgp.conf"
     path.write_text(rendering(*neighbors).config)
-    out = subprocess.run(
-        [sys.executable, "-c", KEYS_SCRIPT, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert json.loads(out.stdout) == sorted(n.session_key for n in neighbors)
+    assert exabgp_reads(KEYS_SCRIPT, path) == sorted(n.session_key for n in neighbors)
+
+
+def test_a_held_down_peer_is_reset_alone_going_passive_and_coming_back() -> None:
+    """A peer held down (flapping: bgpd.exabgp.flap) is rendered ``passive``: its key
+    stays, so the reload resets that session alone (ExaBGP keeps its routes and re-sends
+    them when the session is up again), and the other sessions are kept, both ways."""
+    plain = rendering(NA, NB, NC)
+    held = render_config((NA, NB, NC), helper_argv=HELPER, held={A})
+    assert "passive true;" in held.blocks[A]
+    assert "passive" not in held.blocks[B] + held.blocks[C]
+    for before, after in ((plain, held), (held, plain)):
+        verdict = reconfiguration(before, after, listen_before=LOCAL, listen_after=LOCAL)
+        assert verdict.action is ConfigAction.RELOAD
+        assert (verdict.reset, verdict.kept) == ({A}, {B, C})
+        assert verdict.forgotten == frozenset()
+
+
+PASSIVE_SCRIPT = KEYS_SCRIPT.replace(
+    "print(json.dumps(sorted(conf.neighbors)))",
+    "print(json.dumps({k: n['passive'] for k, n in conf.neighbors.items()}))",
+)
+
+
+def test_exabgp_parses_a_held_down_peer_as_passive(tmp_path: Path) -> None:
+    """ExaBGP 5.0.15 reads the held-down rendering: the same keys, that neighbour passive
+    (it does not connect out), the others not."""
+    path = tmp_path / "exabgp.conf"
+    path.write_text(render_config((NA, NB), helper_argv=HELPER, held={A}).config)
+    assert exabgp_reads(PASSIVE_SCRIPT, path) == {NA.session_key: True, NB.session_key: False}
 
 
 # ---------------------------------------------------------------------- the core
