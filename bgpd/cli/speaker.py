@@ -168,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
             companions["config"] = follow_cluster_config
         assert config is not None
         work_dir = Path(args.work_dir) if args.work_dir else config.speaker.work_dir
-        problem = work_dir_problem(work_dir) or _work_dir_unusable(work_dir)
+        # A file's work directory was checked before the cluster was looked at.
+        problem = None if file_config is not None else work_dir_problem(work_dir)
         if problem is not None:
             print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
             return EXIT_CONFIG
@@ -251,18 +252,6 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     for exc in group.exceptions:
         out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
     return out
-
-
-def _work_dir_unusable(work_dir: Path) -> str | None:
-    """Why the work directory cannot be created or written (a file in its place, a
-    read-only mount, no permission), as one line, or None."""
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        return f"work directory {work_dir} is unusable: {exc.strerror or exc}"
-    if not os.access(work_dir, os.W_OK | os.X_OK):
-        return f"work directory {work_dir} is unusable: not writable by this user"
-    return None
 
 
 def _preflight(args: argparse.Namespace) -> str | None:

@@ -50,6 +50,8 @@ def check(work_dir: Path) -> None:
             f"work directory {work_dir} belongs to uid {st.st_uid}, not to this user "
             f"(uid {os.geteuid()}): use a directory of its own (spec.workDir or --work-dir)"
         )
+    if not os.access(work_dir, os.W_OK | os.X_OK):
+        raise WorkDirError(f"work directory {work_dir} is unusable: not writable by this user")
     if st.st_mode & stat.S_IWOTH:
         raise WorkDirError(
             f"work directory {work_dir} is world-writable (mode "
@@ -106,8 +108,8 @@ def prepare(work_dir: Path) -> WorkDirLock:
     """Create the directory (0700) if missing, check it, and lock it."""
     try:
         work_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    except OSError as exc:
-        raise WorkDirError(f"cannot create work directory {work_dir}: {exc.strerror}") from exc
+    except OSError as exc:  # a file in its place, a read-only mount, no permission
+        raise WorkDirError(f"work directory {work_dir} is unusable: {exc.strerror or exc}") from exc
     check(work_dir)
     return lock(work_dir)
 
