@@ -207,7 +207,8 @@ BAD: list[Any] = [
     pytest.param(
         [peer(bfdProfile="fast", vrf="red"), bfd("fast")],
         [
-            "BGPPeer tor-a: spec.bfdProfile: not supported together with vrf (bfdd runs without zebra)"
+            "BGPPeer tor-a: spec.bfdProfile: not supported together with vrf (bfdd runs "
+            "without zebra)"
         ],
         id="bfd-profile-with-vrf",
     ),
