@@ -66,9 +66,7 @@ def cross_check(out: Parsed, issues: Issues) -> Config:
     for profile, doc in out.bfd_references:
         if profile not in bfd_names:
             known = ", ".join(sorted(bfd_names)) or "none"
-            doc.error(
-                "spec.bfdProfile", f"no BFDProfile named {profile!r} (BFDProfiles: {known})"
-            )
+            doc.error("spec.bfdProfile", f"no BFDProfile named {profile!r} (BFDProfiles: {known})")
 
     aliases: dict[str, str] = {}
     alias_docs: dict[str, Doc] = {}

@@ -214,10 +214,7 @@ BAD: list[Any] = [
     ),
     pytest.param(
         [peer(bfdProfile="missing"), bfd("fast"), bfd("slow")],
-        [
-            "BGPPeer tor-a: spec.bfdProfile: no BFDProfile named 'missing' (BFDProfiles: "
-            "fast, slow)"
-        ],
+        ["BGPPeer tor-a: spec.bfdProfile: no BFDProfile named 'missing' (BFDProfiles: fast, slow)"],
         id="bfd-profile-unknown",
     ),
     pytest.param(
@@ -227,10 +224,7 @@ BAD: list[Any] = [
     ),
     pytest.param(
         [bfd(echoMode=True)],
-        [
-            "BFDProfile bfd: spec.echoMode: not supported: bfdd runs without zebra, which "
-            "echo needs"
-        ],
+        ["BFDProfile bfd: spec.echoMode: not supported: bfdd runs without zebra, which echo needs"],
         id="bfd-echo-mode",
     ),
     pytest.param(
