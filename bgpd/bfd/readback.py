@@ -144,3 +144,27 @@ def next_states(
     answer). Raises AnswerError when the answer is not bfdd's JSON list."""
     rows = {} if answer is None else parse_answer(answer)
     return {p.peer: session_state(p, rows.get(p.key), previous.get(p.peer), now) for p in peers}
+
+
+def status_rows(
+    peers: Sequence[BfdPeerConfig], states: Mapping[PeerName, BfdPeerState]
+) -> list[dict[str, object]]:
+    """The BFD sessions for /status (``bfd.peers``), one row per configured peer, in name
+    order; a peer not read back yet is ``unknown``."""
+    rows: list[dict[str, object]] = []
+    for p in sorted(peers, key=lambda p: p.peer):
+        s = states.get(p.peer)
+        rows.append(
+            {
+                "name": p.peer,
+                "address": str(p.address),
+                "local_address": str(p.local_address),
+                "profile": p.profile,
+                "state": str(BfdState.UNKNOWN if s is None else s.state),
+                "since": None if s is None else s.since,
+                "flaps": 0 if s is None else s.flaps,
+                "detect_ms": None if s is None else s.detect_ms,
+                "diagnostic": "" if s is None else s.diagnostic,
+            }
+        )
+    return rows

@@ -62,9 +62,10 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
+from bgpd.bfd.readback import status_rows
 from bgpd.bfd.render import BfdPeerConfig, bfd_peers
 from bgpd.bfd.runtime import BfdError, BfdRuntime
-from bgpd.bfd.state import BfdPeerState
+from bgpd.bfd.state import BfdPeerState, BfdState
 from bgpd.config.reload import reload_config
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
@@ -75,6 +76,8 @@ from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.explain import decision_json
 from bgpd.logs import log
 from bgpd.metrics import (
+    BfdCollector,
+    BfdSession,
     ConvergencePhase,
     SpeakerMetrics,
     SpeakerProbes,
@@ -83,6 +86,7 @@ from bgpd.metrics import (
 )
 from bgpd.model import (
     DATA_PLANE_UNCHECKED,
+    BfdEvent,
     ClusterSnapshot,
     Config,
     DataPlaneCheck,
@@ -283,7 +287,12 @@ class Speaker:
         self.mqtt = MQTTPublisher(sc.mqtt, node=node) if sc.mqtt is not None else None
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = SpeakerMetrics(
-            self.registry, self._probes(), node=node, mqtt=self.mqtt, watch=watch
+            self.registry,
+            self._probes(),
+            node=node,
+            mqtt=self.mqtt,
+            watch=watch,
+            bfd=BfdCollector(self._bfd_sessions, (s.value for s in BfdState)),
         )
         self.status_server.add_routes(metrics_routes(self.registry))
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
@@ -501,8 +510,48 @@ class Speaker:
 
     def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:
         """bfdd's sessions read back (each time one changed): kept for metrics and
-        status."""
-        self.bfd_states = states
+        status; a changed state is logged and published (MQTT)."""
+        before, self.bfd_states = self.bfd_states, states
+        for name, s in sorted(states.items()):
+            was = before.get(name)
+            if was is not None and was.state is s.state:
+                continue
+            log(
+                _logger,
+                logging.INFO,
+                "bfd.state",
+                peer=name,
+                state=s.state.value,
+                diagnostic=s.diagnostic,
+                flaps=s.flaps,
+            )
+            if self.mqtt is not None:
+                self.mqtt.publish(
+                    BfdEvent(
+                        node=self.node,
+                        peer=name,
+                        state=s.state.value,
+                        diagnostic=s.diagnostic,
+                        at=time.time(),
+                    )
+                )
+
+    def _bfd_status(self) -> dict[str, Any] | None:
+        sup = self.bfd.supervisor
+        if not self._bfd_peers and sup.pid is None:
+            return None
+        return {
+            "pid": sup.pid,
+            "restarts": sup.restarts,
+            "peers": status_rows(self._bfd_peers, self.bfd_states),
+        }
+
+    def _bfd_sessions(self) -> list[BfdSession]:
+        """The BFD-enabled peers' sessions for the metrics (bgpd.metrics.BfdCollector)."""
+        return [
+            BfdSession(peer=p, state=s.state.value, flaps=s.flaps, detect_ms=s.detect_ms)
+            for p, s in sorted(self.bfd_states.items())
+        ]
 
     def _on_bfd_started(self, pid: int) -> None:
         log(_logger, logging.INFO, "bfd.started", pid=pid, peers=len(self._bfd_peers))
@@ -853,6 +902,8 @@ class Speaker:
             },
             "peers": peers,
             "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
+            # None while no peer has a bfdProfile and no bfdd runs.
+            "bfd": self._bfd_status(),
         }
 
     # ------------------------------------------------------------------ run
