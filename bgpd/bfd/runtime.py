@@ -3,7 +3,7 @@
 The speaker holds one ``BfdRuntime`` while some BGPPeer has a bfdProfile:
 
 * ``run()`` is the long-lived task: bfdd (FRR's BFD daemon, standalone: no zebra, no
-  bgpd) under bgpd.supervision (PR_SET_PDEATHSIG, restart with back-off, crash loop),
+  bgpd) under bgpd.supervision (restart with back-off, crash loop, stop by PID),
   plus one task that owns the connection to bfdd's vty socket: it applies configuration
   changes in place and polls the sessions' state;
 * ``configure(peers)`` hands over the sessions bfdd should run; the change is applied
@@ -43,6 +43,12 @@ hazards this answers:
   one of a bfdd the host may run. FRR 10.2 removed the option (and the socket), so the
   runtime passes ``--bfdctl <dir>/bfdd.sock`` only when ``bfdd --help`` lists it, and
   never uses that socket.
+* PR_SET_PDEATHSIG does not survive bfdd's switch to frr: the kernel clears it when a
+  process changes its effective user (prctl(2)), so a bfdd whose speaker is SIGKILLed
+  keeps running (and keeps its sessions Up). The supervisor's stop() and the speaker's
+  ``finally`` stop it by PID on every other exit; the SIGKILL case needs a guard
+  outside the speaker's event loop (a watchdog process), which this module does not
+  provide.
 * bfdd makes ``/var/tmp/frr/bfdd.<pid>`` for its crash log (removed at a clean exit);
   without write access there it says "crashlog ... unavailable" and runs on.
 * bfdd keeps running without zebra (it retries the zebra socket quietly), as long as
