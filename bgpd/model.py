@@ -362,6 +362,11 @@ class SpeakerConfig:
     #: Also serve GET /status (peers, routes, the last decision) on metricsAddress; it is
     #: always served on the control socket in workDir.
     expose_status: bool = False
+    #: Announce to a BFD-enabled peer only while its BFD session is Up (bgpd.bfd.gate).
+    bfd_strict: bool = True
+    #: Seconds the event loop may stall, or ExaBGP leave a command unanswered, before the
+    #: watchdog kills bfdd so the routers drop the node (bgpd.bfd.watchdog).
+    bfd_watchdog: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
