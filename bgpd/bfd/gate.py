@@ -41,20 +41,11 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from bgpd.bfd.state import BfdPeerState, BfdState
-from bgpd.model import PeerName
+from bgpd.model import HoldReason, PeerName
 
 #: The Cease subcode of the BGP teardown (RFC 9384, "BFD Down"): the router's log says
 #: why the session ended. ExaBGP 5.0.15 sends any subcode it is given.
 CEASE_BFD_DOWN = 10
-
-
-class HoldReason(StrEnum):
-    """Why routes are held back from a BGP peer (explain, status, metrics, logs).
-
-    camelCase like SkipReason."""
-
-    #: bfdStrict: the peer's BFD session is not Up (yet, or any more).
-    BFD_NOT_UP = "bfdNotUp"
 
 
 @dataclass(frozen=True, slots=True)

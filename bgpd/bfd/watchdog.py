@@ -24,7 +24,7 @@ Hazards, and what this does about them:
   the watchdog fires. The kill happens only if /proc/P/stat still shows the start time
   the speaker sent with the PID.
 * **Start-up and size**: standard library only, run as a file with ``-I -S`` (no site,
-  no user site, no environment): about 10 MB of RSS and a start of ~20 ms, instead of
+  no user site, no environment): 10 MB of RSS (measured), instead of
   the speaker's interpreter with its packages.
 * **Its own signals**: the watchdog runs in a session of its own, so a terminal's Ctrl-Z
   or a SIGSTOP of the speaker's process group does not stop it with the speaker.

@@ -213,6 +213,10 @@ class ExaBGPDriver:
         self.core.teardown(peer, subcode)
         self._changed()
 
+    def held_routes(self) -> Mapping[PeerName, int]:
+        """Per held peer, how many desired routes are held back (DriverCore.held_routes)."""
+        return self.core.held_routes()
+
     async def wait_converged(self, within: float | None = None) -> bool:
         try:
             async with asyncio.timeout(within):

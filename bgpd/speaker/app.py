@@ -54,6 +54,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,9 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
+from bgpd.bfd.gate import GoodbyeStep, goodbye
+from bgpd.bfd.heartbeat import BfdWatchdog
+from bgpd.bfd.state import BfdPeerState
 from bgpd.config.reload import reload_config
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
@@ -72,6 +76,7 @@ from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.explain import decision_json
 from bgpd.logs import log
 from bgpd.metrics import (
+    BfdGateCollector,
     ConvergencePhase,
     SpeakerMetrics,
     SpeakerProbes,
@@ -93,6 +98,7 @@ from bgpd.model import (
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import attribute_state, drain
+from bgpd.speaker.bfd_follow import BfdControl, BfdFollow
 from bgpd.speaker.dataplane import (
     DataPlaneState,
     Thresholds,
@@ -283,6 +289,18 @@ class Speaker:
             self.registry, self._probes(), node=node, mqtt=self.mqtt, watch=watch
         )
         self.status_server.add_routes(metrics_routes(self.registry))
+        #: BGP follows BFD (bgpd.bfd.gate decides; BfdFollow carries it out).
+        self.bfd_follow = BfdFollow(
+            node=node, driver=self.driver, publish=None if self.mqtt is None else self.mqtt.publish
+        )
+        self.registry.register(BfdGateCollector(self.bfd_follow))
+        #: The bfdd runtime (None: no BFD-enabled peer, or not wired); it calls
+        #: on_bfd_states and on_bfd_started.
+        self.bfd: BfdControl | None = None
+        self.bfd_watchdog = BfdWatchdog(
+            timeout=sc.bfd_watchdog,
+            unanswered=lambda: self.driver.core.unanswered_for(time.monotonic()),
+        )
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
@@ -454,6 +472,7 @@ class Speaker:
         if self._write_failures:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._held_rendered = self.driver.core.held_down(time.time())
+        self.bfd_follow.configure(self.config, [n.name for n in rendering.neighbors])
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
@@ -805,7 +824,11 @@ class Speaker:
             },
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
             # Built off the event loop (StatusServer), like the routes.
-            "explain": None if decision is None else Deferred(partial(decision_json, decision)),
+            "explain": None
+            if decision is None
+            else Deferred(
+                partial(decision_json, replace(decision, peers_held=self.bfd_follow.held()))
+            ),
             "config": {
                 "stale": self.config_stale_reason() != "",
                 "stale_reason": self.config_stale_reason(),
@@ -819,6 +842,7 @@ class Speaker:
             },
             "peers": peers,
             "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
+            "bfd_gate": self.bfd_follow.status(),
         }
 
     # ------------------------------------------------------------------ run
@@ -845,7 +869,7 @@ class Speaker:
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
         held = self.driver.acknowledged()
-        ok = await self.runtime.stop(withdraw=True, retain_graceful=retain, within=10.0)
+        ok = await self._goodbye(retain)
         # What each peer was left with: retained (stale at a graceful-restart router until
         # the next speaker refreshes it, or its restart time ends) or withdrawn.
         for name, n in sorted(self.driver.neighbors().items()):
@@ -862,8 +886,38 @@ class Speaker:
         log(_logger, logging.INFO, "speaker.stopped", withdrawn=ok, retained=retain)
         raise _Stop
 
+    async def _goodbye(self, retain: bool) -> bool:
+        """The stop in bgpd.bfd.gate.goodbye's order: BGP first (withdraw or retain, acked,
+        then ExaBGP stopped), BFD last (AdminDown, then bfdd stopped). Returns whether
+        every withdraw was acknowledged in time."""
+        ok = True
+        for step in goodbye(retain=retain):
+            match step:
+                case GoodbyeStep.WITHDRAW | GoodbyeStep.RETAIN:
+                    if self.runtime.supervisor.pid is not None and self.driver.connected:
+                        ok = await self.driver.withdraw_all(10.0, retain_graceful=retain)
+                case GoodbyeStep.STOP_EXABGP:
+                    await self.runtime.stop(withdraw=False)
+                case GoodbyeStep.BFD_ADMIN_DOWN:
+                    if self.bfd is not None:
+                        await self.bfd.admin_down()
+                case GoodbyeStep.STOP_BFD:
+                    if self.bfd is not None:
+                        await self.bfd.stop()
+                    self.bfd_watchdog.watch(None)
+        return ok
+
+    def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:
+        """Every new reading of the BFD sessions (the bfdd runtime calls it)."""
+        self.bfd_follow.on_states(states)
+
+    def on_bfd_started(self, pid: int) -> None:
+        """A bfdd started (the bfdd runtime calls it): the watchdog kills this one."""
+        self.bfd_watchdog.watch(pid)
+
     def request_stop(self) -> None:
         self._drain_step(drain.stop(self.drain_state))
+        self.bfd_follow.stop()
         self.stop_requested.set()
 
     async def _companion(self, name: str, companion: Companion) -> None:
@@ -911,6 +965,9 @@ class Speaker:
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
+                if self.bfd is not None:
+                    tg.create_task(self.bfd.run(), name="bfd")
+                    tg.create_task(self.bfd_watchdog.run(), name="bfd-watchdog")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self.mqtt is not None:

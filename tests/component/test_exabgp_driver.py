@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bgpd.bfd.gate import CEASE_BFD_DOWN
 from bgpd.exabgp.core import PROBE_INTERVAL
 from bgpd.exabgp.plan import Command, delta
 from bgpd.exabgp.render import render
@@ -624,3 +625,36 @@ async def test_hung_idle_exabgp_is_restarted_within_the_probe_bound(
         assert rt.driver.stats.commands_sent["probe"] > probes
         await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 30)
         assert rt.driver.answering
+
+
+async def test_held_peer_then_teardown_for_bfd(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    """BGP follows BFD at the driver (bgpd.bfd.gate decides): a held peer's routes leave
+    the router while its session stays up, and come back when released; a teardown
+    (ExaBGP 5.0.15 ``teardown 10``) closes the session at once, ExaBGP reconnects and
+    sends the routes again by itself."""
+    tor = PeerName("tor")
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 20)
+        since = await in_thread(bird_router.sessions_since)
+        rt.driver.set_held({tor})
+        await in_thread(bird_router.wait_rib, lambda r: not r, 20)
+        assert await in_thread(bird_router.sessions_since) == since, "the session was reset"
+        rt.driver.set_held(set())
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 20)
+        sent = sum(rt.driver.stats.commands_sent.values())
+        rt.driver.teardown(tor, CEASE_BFD_DOWN)
+        await wait_until_async(
+            lambda: rt.driver.stats.commands_sent["teardown"] == 1, what="teardown sent"
+        )
+        await in_thread(
+            wait_until,
+            lambda: bird_router.sessions_since() not in ({}, since),
+            within=30,
+            what="a new session at BIRD",
+        )
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 30)
+        # ExaBGP re-sent its adj-rib-out by itself: only the teardown was written.
+        assert sum(rt.driver.stats.commands_sent.values()) - sent <= 2  # teardown (+ probe)

@@ -11,9 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bgpd.bfd import gate
-from bgpd.bfd.gate import GateState, GoodbyeStep, HoldReason, Teardown
+from bgpd.bfd.gate import GateState, GoodbyeStep, Teardown
 from bgpd.bfd.state import BfdPeerState, BfdState
-from bgpd.model import PeerName
+from bgpd.model import HoldReason, PeerName
 
 A, B, C = PeerName("a"), PeerName("b"), PeerName("c")
 PEERS = (A, B, C)
