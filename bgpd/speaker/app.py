@@ -63,7 +63,6 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
-from bgpd.bfd.gate import GoodbyeStep, goodbye
 from bgpd.bfd.heartbeat import BfdWatchdog
 from bgpd.bfd.state import BfdPeerState
 from bgpd.config.reload import reload_config
@@ -98,7 +97,7 @@ from bgpd.model import (
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import attribute_state, drain
-from bgpd.speaker.bfd_follow import BfdControl, BfdFollow
+from bgpd.speaker.bfd_follow import BfdControl, BfdFollow, say_goodbye
 from bgpd.speaker.dataplane import (
     DataPlaneState,
     Thresholds,
@@ -887,24 +886,20 @@ class Speaker:
         raise _Stop
 
     async def _goodbye(self, retain: bool) -> bool:
-        """The stop in bgpd.bfd.gate.goodbye's order: BGP first (withdraw or retain, acked,
-        then ExaBGP stopped), BFD last (AdminDown, then bfdd stopped). Returns whether
-        every withdraw was acknowledged in time."""
-        ok = True
-        for step in goodbye(retain=retain):
-            match step:
-                case GoodbyeStep.WITHDRAW | GoodbyeStep.RETAIN:
-                    if self.runtime.supervisor.pid is not None and self.driver.connected:
-                        ok = await self.driver.withdraw_all(10.0, retain_graceful=retain)
-                case GoodbyeStep.STOP_EXABGP:
-                    await self.runtime.stop(withdraw=False)
-                case GoodbyeStep.BFD_ADMIN_DOWN:
-                    if self.bfd is not None:
-                        await self.bfd.admin_down()
-                case GoodbyeStep.STOP_BFD:
-                    if self.bfd is not None:
-                        await self.bfd.stop()
-                    self.bfd_watchdog.watch(None)
+        """The stop: BGP first, BFD last (bgpd.speaker.bfd_follow.say_goodbye)."""
+
+        async def withdraw(retain: bool) -> bool:
+            if self.runtime.supervisor.pid is None or not self.driver.connected:
+                return True
+            return await self.driver.withdraw_all(10.0, retain_graceful=retain)
+
+        ok = await say_goodbye(
+            retain=retain,
+            withdraw=withdraw,
+            stop_exabgp=partial(self.runtime.stop, withdraw=False),
+            bfd=self.bfd,
+        )
+        self.bfd_watchdog.watch(None)
         return ok
 
     def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import collections
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Protocol
 
 from bgpd.bfd import gate
-from bgpd.bfd.gate import CEASE_BFD_DOWN, GateState, Transition
+from bgpd.bfd.gate import CEASE_BFD_DOWN, GateState, GoodbyeStep, Transition, goodbye
 from bgpd.bfd.state import BfdPeerState
 from bgpd.logs import log
 from bgpd.model import BfdTeardownEvent, Config, NodeName, PeerHold, PeerName, SpeakerEvent
@@ -126,3 +126,30 @@ class BfdFollow:
             log(_logger, logging.WARNING, "bfd.teardown", peer=td.peer, diagnostic=td.diagnostic)
             if self.publish is not None:
                 self.publish(BfdTeardownEvent(self.node, td.peer, td.diagnostic, time.time()))
+
+
+async def say_goodbye(
+    *,
+    retain: bool,
+    withdraw: Callable[[bool], Awaitable[bool]],
+    stop_exabgp: Callable[[], Awaitable[object]],
+    bfd: BfdControl | None,
+) -> bool:
+    """A stop in bgpd.bfd.gate.goodbye's order: ``withdraw(retain)`` (every route, or
+    with ``retain`` only from peers without graceful restart; True when ExaBGP
+    acknowledged it all in time and its UPDATEs were flushed), ``stop_exabgp()``, then
+    bfdd's AdminDown and stop. Returns what ``withdraw`` returned."""
+    ok = True
+    for step in goodbye(retain=retain):
+        match step:
+            case GoodbyeStep.WITHDRAW | GoodbyeStep.RETAIN:
+                ok = await withdraw(retain)
+            case GoodbyeStep.STOP_EXABGP:
+                await stop_exabgp()
+            case GoodbyeStep.BFD_ADMIN_DOWN:
+                if bfd is not None:
+                    await bfd.admin_down()
+            case GoodbyeStep.STOP_BFD:
+                if bfd is not None:
+                    await bfd.stop()
+    return ok
