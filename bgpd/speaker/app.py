@@ -471,7 +471,10 @@ class Speaker:
         if self._write_failures:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._held_rendered = self.driver.core.held_down(time.time())
-        self.bfd_follow.configure(self.config, [n.name for n in rendering.neighbors])
+        # Without a bfdd runtime no BFD session exists: strict must not hold routes back
+        # for sessions that will never come up.
+        sessions = [n.name for n in rendering.neighbors] if self.bfd is not None else []
+        self.bfd_follow.configure(self.config, sessions)
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
