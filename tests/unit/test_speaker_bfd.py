@@ -8,6 +8,7 @@ import ipaddress
 from pathlib import Path
 
 from bgpd.bfd.state import BfdPeerState, BfdState
+from bgpd.cli.status import render
 from bgpd.clusterfile import ClusterFileSource
 from bgpd.model import (
     BGPPeer,
@@ -103,3 +104,15 @@ async def test_a_stopping_speaker_tears_nothing_down(tmp_path: Path) -> None:
     s.request_stop()
     s.on_bfd_states(reading(BfdState.DOWN))
     assert s.status()["bfd_gate"]["teardowns"] == {}
+
+
+def test_status_table_lists_held_peers() -> None:
+    doc = {
+        "node": "n1",
+        "peers": [],
+        "routes": [],
+        "bfd_gate": {"strict": True, "held": [{"peer": "fast", "reason": "bfdNotUp", "routes": 3}]},
+    }
+    text = render(doc, 0.0)
+    assert "held back:\nPEER  REASON    ROUTES\nfast  bfdNotUp  3" in text
+    assert "held back" not in render({**doc, "bfd_gate": {"held": []}}, 0.0)
