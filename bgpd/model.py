@@ -738,6 +738,18 @@ class PeerEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class BfdEvent:
+    """A BFD session state change (``state``: bgpd.bfd.state.BfdState's value, as the
+    metrics and /status say it)."""
+
+    node: NodeName
+    peer: PeerName
+    state: str
+    diagnostic: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
 class BfdTeardownEvent:
     """A BGP session torn down because its BFD session went from Up to Down
     (bgpd.bfd.gate): published to MQTT."""
@@ -749,4 +761,4 @@ class BfdTeardownEvent:
     at: float
 
 
-SpeakerEvent = RouteEvent | PeerEvent | BfdTeardownEvent
+SpeakerEvent = RouteEvent | PeerEvent | BfdEvent | BfdTeardownEvent
