@@ -957,7 +957,7 @@ class Speaker:
                     self._bfd_changed.clear()
                     await self.bfd.configure(self._bfd_peers)
                     await self._bfd_changed.wait()
-        except* BfdError as group:
+        except* (BfdError, OSError) as group:  # cannot run here; its files cannot be written
             first = _leaves(group)[0]
             raise TaskFailed("bfd", first) from first
 
