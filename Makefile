@@ -10,6 +10,12 @@ LINT_PATHS := bgpd k8s_watcher kbgpd_lab tests $(wildcard bench)
 
 .PHONY: test check lint unit component e2e demo apt venv clean
 
+# pytest-xdist workers for the test targets. The component and e2e tiers mostly wait on
+# routers, BGP timers and processes, so four workers on CI's two CPUs overlap the waiting;
+# every test has its own namespaces, ports (or a random 127/8 address) and directories.
+# worksteal evens out the long lab tests. `make test XDIST=` runs in one process.
+XDIST ?= -n 4 --dist worksteal
+
 # The product (bgpd, k8s_watcher) and, beside it, its test tools (kbgpd_lab: the lab, the
 # API simulator and the kit; a distribution of its own, never in the product's wheel).
 $(STAMP): pyproject.toml kbgpd_lab/pyproject.toml
@@ -44,16 +50,16 @@ check: lint
 	$(BIN)/pytest -q tests/unit
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(XDIST) tests/unit
 
 component: $(STAMP) apt
-	$(BIN)/pytest -q tests/component
+	$(BIN)/pytest -q $(XDIST) tests/component
 
 e2e: $(STAMP) apt
-	$(BIN)/pytest -q -m e2e tests/e2e
+	$(BIN)/pytest -q $(XDIST) -m e2e tests/e2e
 
 test: apt $(STAMP) lint
-	$(BIN)/pytest -q tests
+	$(BIN)/pytest -q $(XDIST) tests
 
 demo: apt $(STAMP)
 	$(BIN)/kube-bgpd-lab demo

@@ -709,6 +709,9 @@ TestInterleavings.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+#: 10 000 steps: seconds alone, minutes beside other test workers on a loaded machine; the
+#: timeout only catches a hang (one cut short mid-run reports a confusing FlakyStrategy).
+TestInterleavings.pytestmark = [pytest.mark.timeout(900)]
 
 
 # ExaBGP 5.0.15's state event for a `peer-as auto` session (BGPPeer dynamicASN external),

@@ -457,3 +457,6 @@ TestExaBGPReloads.settings = settings(
     # The explain phase traces every line of a failing example: minutes on this machine.
     phases=[p for p in Phase if p is not Phase.explain],
 )
+#: Seconds alone, minutes beside other test workers on a loaded machine: the timeout only
+#: catches a hang.
+TestExaBGPReloads.pytestmark = [pytest.mark.timeout(900)]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
+import pytest
 from clusterkit import adv, changed_keys, config, ep, eps, node, peer, pool, selector, svc
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -49,6 +50,10 @@ from k8s_watcher.writer import (
     EventType,
     ObjectRef,
 )
+
+#: The walks decide hundreds of times per example: a minute alone on a loaded machine, more
+#: beside other test workers; the timeout only catches a hang.
+pytestmark = pytest.mark.timeout(900)
 
 POOLS = [
     pool("a", "198.51.100.0/28", labels={"tier": "web"}),
