@@ -68,7 +68,7 @@ from k8s_watcher.informer import (
     InformerTiming,
     Kind,
 )
-from k8s_watcher.writer import AnnouncementEvents, EventRecorder
+from k8s_watcher.writer import AnnouncementEvents, EventRecorder, ObjectRef, drain_event_text
 
 logger = logging.getLogger(__name__)
 
@@ -473,11 +473,13 @@ class SpeakerSource(KubernetesSource):
         self._secrets_wanted = asyncio.Event()
         self._secrets_wanted.set()
         self._previous: Decision | None = None
+        self._node = node
+        self._budget_wanted = asyncio.Event()
         self.recorder: EventRecorder | None = None
         self.announcements: AnnouncementEvents | None = None
         if events:
             self.recorder = EventRecorder(client, component="kube-bgpd-speaker", host=node)
-            self.announcements = AnnouncementEvents(self.recorder, node)
+            self.announcements = AnnouncementEvents(self.recorder, node, clock=clock)
 
     @classmethod
     def connect(
@@ -518,7 +520,31 @@ class SpeakerSource(KubernetesSource):
             snap = self.last_snapshot
             services = snap.services if snap is not None else {}
             self.announcements.observe(self._previous, decision, services, changes)
+            self._budget_wanted.set()
         self._previous = decision
+
+    def observe_drain(self, event: str, fields: Mapping[str, object], *, withdrawn: bool) -> None:
+        """A drain transition (`event`: the drain's log event name, bgpd.speaker.drain):
+        an Event on the Node, and, when the drain withdrew or gave back the node's
+        routes (`withdrawn`), one per Service it announces (within the Event budget)."""
+        if self.recorder is None or self.announcements is None:
+            return
+        found = drain_event_text(event, fields, self._node)
+        if found is not None:
+            self.recorder.record(ObjectRef.node(self._node), *found)
+        self.announcements.set_withdrawn(withdrawn)
+        self._budget_wanted.set()
+
+    async def _budget_loop(self, announcements: AnnouncementEvents) -> None:
+        """Record the aggregated announce Events when their window ends."""
+        while True:
+            wake = announcements.wake_at
+            if wake is None:
+                await self._budget_wanted.wait()
+                self._budget_wanted.clear()
+                continue
+            await asyncio.sleep(max(0.0, wake - self._clock()))
+            announcements.flush()
 
     async def run(self) -> None:
         try:
@@ -527,6 +553,10 @@ class SpeakerSource(KubernetesSource):
                 tg.create_task(self._secrets_loop(), name="speaker-secrets")
                 if self.recorder is not None:
                     tg.create_task(self.recorder.run(), name="speaker-events")
+                if self.announcements is not None:
+                    tg.create_task(
+                        self._budget_loop(self.announcements), name="speaker-event-budget"
+                    )
         finally:
             if self._owns_client:
                 await self._client.close()

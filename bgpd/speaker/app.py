@@ -114,6 +114,7 @@ from bgpd.speaker.source import (
     ConfigFollower,
     ConfigSource,
     DecisionObserver,
+    DrainObserver,
     KindsSynced,
     RunnableSource,
     SecretPasswords,
@@ -237,6 +238,7 @@ class Speaker:
         # The source's optional abilities, found once (bgpd.speaker.source).
         self._secrets = source if isinstance(source, SecretPasswords) else None
         self._observer = source if isinstance(source, DecisionObserver) else None
+        self._drain_observer = source if isinstance(source, DrainObserver) else None
         self._follower = source if isinstance(source, ConfigFollower) else None
         self._kinds = source if isinstance(source, KindsSynced) else None
         self.render_inputs = (
@@ -569,8 +571,11 @@ class Speaker:
     def _drain_step(self, t: Transition) -> None:
         """Carry out what the drain state machine says: mode, log lines, timer."""
         self.drain_state = t.state
+        withdrawn = t.state.draining and t.state.mode is DriverMode.WITHDRAWN
         for event in t.events:
             _log_drain_event(event)
+            if self._drain_observer is not None:
+                self._drain_observer.observe_drain(event.name, event.fields, withdrawn=withdrawn)
         if t.mode is not None:
             self.driver.set_mode(t.mode)
         if self._drain_timer is not None and (t.wake_at is not None or not t.state.draining):

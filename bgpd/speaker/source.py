@@ -55,6 +55,15 @@ class DecisionObserver(Protocol):
 
 
 @runtime_checkable
+class DrainObserver(Protocol):
+    def observe_drain(self, event: str, fields: Mapping[str, object], *, withdrawn: bool) -> None:
+        """A drain transition: `event` is the drain's log event name (bgpd.speaker.drain)
+        with its fields; `withdrawn`: the drain has withdrawn every route of the node.
+        Never blocks."""
+        ...
+
+
+@runtime_checkable
 class ConfigFollower(Protocol):
     def set_config(self, config: Config) -> None: ...
 
