@@ -24,7 +24,16 @@ from typing import Any
 import pytest
 import yaml
 from apisim_helpers import KUBECTL
-from k8s_kit import client_for, endpoint_slice, free_port, lb_service, node, running, simulator
+from k8s_kit import (
+    client_for,
+    endpoint_slice,
+    free_port,
+    kube_bgpd,
+    lb_service,
+    node,
+    running,
+    simulator,
+)
 
 from bgpd.config import load_config
 from bgpd.decision import decide
@@ -37,8 +46,6 @@ from kbgpd_lab.kit import manifests, scale
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(240)]
-
-KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
 
 
 def kubectl_events(kubeconfig: Path) -> list[dict[str, Any]]:
@@ -60,6 +67,56 @@ def on(sim: ApiSimulator, kind: str, name: str) -> list[tuple[str, str]]:
         for e in sim.store.list("events")
         if e["involvedObject"]["kind"] == kind and e["involvedObject"]["name"] == name
     ]
+
+
+def inspect_n1(kubeconfig: Path, config: Path) -> dict[str, Any]:
+    """Node n1's part of `kubectl bgpd inspect default/web` (the plugin found on PATH;
+    the speaker is configured by files, so the same files are given)."""
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        [
+            KUBECTL,
+            "bgpd",
+            "inspect",
+            "default/web",
+            "--config",
+            str(config),
+            "-o",
+            "json",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (node,) = [n for n in json.loads(proc.stdout)["nodes"] if n["node"] == "n1"]
+    result: dict[str, Any] = node
+    return result
+
+
+def explain_from_speaker(port: int) -> dict[str, Any]:
+    """`kube-bgpd explain --from-speaker` for default/web: the speaker's own decision."""
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("kube-bgpd")),
+            "explain",
+            "--from-speaker",
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+            "--output",
+            "json",
+            "default/web",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout)[0]
+    return result
 
 
 def counts(sim: ApiSimulator, service: str) -> list[tuple[str, int]]:
@@ -90,35 +147,17 @@ def config_text(work: Path) -> str:
 
 
 @contextlib.asynccontextmanager
-async def speaker(tmp_path: Path, kubeconfig: Path) -> AsyncIterator[asyncio.subprocess.Process]:
+async def speaker(
+    tmp_path: Path, kubeconfig: Path, status_port: int
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The speaker of node n1, configured by a file, watching the simulator."""
     config = tmp_path / "config.yaml"
     config.write_text(config_text(tmp_path / "work"))
+    args = ("--config", str(config), "--node-name", "n1", "--kubeconfig", str(kubeconfig))
+    address = f"127.0.0.1:{status_port}"
     log = tmp_path / "speaker.log"
-    with log.open("wb") as out:
-        proc = await asyncio.create_subprocess_exec(
-            KUBE_BGPD,
-            "speaker",
-            "--config",
-            str(config),
-            "--node-name",
-            "n1",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--metrics-address",
-            f"127.0.0.1:{free_port()}",
-            stdout=out,
-            stderr=out,
-            env={**os.environ, "HOME": str(tmp_path)},
-        )
-        try:
-            yield proc
-        except BaseException:
-            print(log.read_text())
-            raise
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            await proc.wait()
+    async with kube_bgpd(tmp_path, log, "speaker", *args, "--metrics-address", address) as proc:
+        yield proc
 
 
 async def test_a_drain_is_told_on_the_node_and_the_service(tmp_path: Path) -> None:
@@ -126,12 +165,24 @@ async def test_a_drain_is_told_on_the_node_and_the_service(tmp_path: Path) -> No
         sim.store.create(node("n1"))
         sim.store.create(lb_service("web", ips=("10.99.5.7",)))
         sim.store.create(endpoint_slice("web-a", "web", (("10.1.0.1", "n1", True),)))
-        async with speaker(tmp_path, kubeconfig) as proc:
+        port = free_port()
+        async with speaker(tmp_path, kubeconfig, port) as proc:
             await wait_until_async(
                 lambda: [r for r, _ in on(sim, "Service", "web")] == ["nodeAssigned"],
                 within=60,
                 what="nodeAssigned Event",
             )
+            # `kubectl bgpd inspect` computes what the running speaker decided.
+            inspected, live = await asyncio.gather(
+                asyncio.to_thread(inspect_n1, kubeconfig, tmp_path / "config.yaml"),
+                asyncio.to_thread(explain_from_speaker, port),
+            )
+            assert inspected["routes"] == [
+                {"prefix": r["prefix"], "peer": r["peer"], "advertised": None}
+                for r in live["routes"]
+            ]
+            assert inspected["routes"], "n1 announces web"
+            assert inspected["skipped"] == live["skipped"] == []
             sim.store.patch(
                 "nodes", "n1", {"metadata": {"annotations": {"kube-bgpd.io/drain": "true"}}}
             )
