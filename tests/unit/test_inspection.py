@@ -191,3 +191,50 @@ def test_peers_table_and_json() -> None:
     assert "node n2: drain draining; configuration stale: BGPPeer x: bad" in table
     assert peers_table([]).startswith("no BGP session reported")
     assert PeerName("tor-a") in {s.peer for s in statuses[0].sessions}
+
+
+@pytest.mark.parametrize(
+    "advertisement",
+    [
+        pytest.param(adv(), id="host-routes"),
+        pytest.param(adv(aggregation_length=24, max_nodes=1), id="aggregate-fanout"),
+        pytest.param(adv(link_bandwidth=1000), id="link-bandwidth"),
+    ],
+)
+def test_one_services_routes_do_not_depend_on_the_others(advertisement: Any) -> None:
+    """inspect decides each node for the asked Service alone; its routes (prefix, peer)
+    and skips are what explain finds with every Service of the cluster, whether the
+    others share its IP, its aggregate or nothing."""
+    cfg = config(
+        pools=[pool("v4", "198.51.100.0/24")],
+        peers=[peer("tor-a", "172.31.250.1")],
+        advertisements=[advertisement],
+    )
+    others = [
+        svc("shop/shared", "198.51.100.10", annotations={"metallb.io/allow-shared-ip": "k"}),
+        svc("shop/near", "198.51.100.11", local=True),
+        svc("shop/idle", "198.51.100.12"),
+    ]
+    web = svc(WEB, "198.51.100.10", local=True, annotations={"metallb.io/allow-shared-ip": "k"})
+    snapshot = cluster(
+        [web, *others],
+        [
+            eps(WEB, ep("n1"), ep("n2")),
+            eps("shop/shared", ep("n3")),
+            eps("shop/near", ep("n3")),
+        ],
+        [node("n1"), node("n2"), node("n3")],
+    )
+    result = inspect_service(cfg, snapshot, WEB, node_statuses={}, advertised={})
+    full = {d.node: d for d in explain(cfg, snapshot, sorted(snapshot.nodes))}
+    for verdict in result.nodes:
+        expected = decision_json(full[verdict.node], WEB)
+        assert [(r.prefix, r.peer) for r in verdict.routes] == [
+            (e["prefix"], e["peer"])  # type: ignore[index,call-overload]
+            for e in expected["routes"]  # type: ignore[union-attr]
+        ]
+        assert [s.reason.value for s in verdict.skipped] == [
+            e["reason"]  # type: ignore[index,call-overload]
+            for e in expected["skipped"]  # type: ignore[union-attr]
+        ]
+    assert any(v.routes for v in result.nodes)
