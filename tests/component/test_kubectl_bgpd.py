@@ -322,3 +322,15 @@ def test_unreachable_api_is_one_line(tmp_path: Path, kubeconfig: Path) -> None:
     assert proc.returncode == 1
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert proc.stderr.startswith("kubectl bgpd peers: ")
+
+
+def test_a_bare_service_is_looked_up_in_the_contexts_namespace(
+    tmp_path: Path, kubeconfig: Path
+) -> None:
+    doc = yaml.safe_load(kubeconfig.read_text())
+    doc["contexts"][0]["context"]["namespace"] = "shop"
+    shop = tmp_path / "shop-kubeconfig"
+    shop.write_text(yaml.safe_dump(doc))
+    proc = kubectl(shop, "bgpd", "inspect", "web", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["service"] == "shop/web"
