@@ -32,6 +32,15 @@ V = TypeVar("V")
 _EPSILON = 1e-6
 
 
+class _Unknown:
+    """What the API server holds after a failed write: a timed-out request may have
+    been carried out or not. Equal to no content, present or absent, so the key is
+    written again whatever is desired."""
+
+
+_UNKNOWN = _Unknown()
+
+
 @dataclass(frozen=True, slots=True)
 class Write(Generic[K, V]):
     """One write to do: `value` None deletes the object."""
@@ -52,7 +61,7 @@ class Coalescer(Generic[K, V]):
         self._tokens = float(burst)
         self._stamp = now
         self._desired: dict[K, V] = {}
-        self._written: dict[K, V] = {}
+        self._written: dict[K, V | _Unknown] = {}
         #: Keys whose written content differs from the desired one, oldest change first
         #: (a dict keeps insertion order), with the time they became dirty.
         self._dirty: dict[K, float] = {}
@@ -131,9 +140,13 @@ class Coalescer(Generic[K, V]):
         self._mark(write.key, self._dirty.get(write.key, self._stamp))
 
     def failed(self, write: Write[K, V], now: float, retry_in: float) -> None:
-        """The write did not happen (or its outcome is unknown): try again later."""
+        """The write failed, or its outcome is unknown (a timeout): what the API server
+        holds is unknown, so the key is written again after `retry_in`, even if the
+        desired content returns to what was written before."""
         self.failures += 1
         self._in_flight.discard(write.key)
+        self._written[write.key] = _UNKNOWN
+        self._mark(write.key, now)
         self._not_before[write.key] = max(self._not_before.get(write.key, now), now + retry_in)
 
     def forget(self, key: K) -> None:
@@ -176,5 +189,6 @@ class Coalescer(Generic[K, V]):
         return len(self._dirty)
 
     def written(self) -> Mapping[K, V]:
-        """What the API server holds, as far as the writes done say."""
-        return self._written
+        """What the API server holds, as far as the writes done say (keys whose last
+        write failed are left out)."""
+        return {k: v for k, v in self._written.items() if not isinstance(v, _Unknown)}

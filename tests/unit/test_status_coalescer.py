@@ -195,3 +195,19 @@ def test_forget_writes_again() -> None:
 def test_bad_limits_are_refused(interval: float, rate: float, burst: int) -> None:
     with pytest.raises(ValueError, match="required"):
         Coalescer(interval=interval, rate=rate, burst=burst, now=0.0)
+
+
+def test_after_a_failed_write_the_object_is_written_again_even_if_unchanged() -> None:
+    """A timed-out delete may have happened: when the desired content returns to the
+    one written before, it is written again (not taken as already there)."""
+    api = Api()
+    c: Coalescer[str, int] = Coalescer(interval=0.0, rate=10.0, burst=5, now=0.0)
+    c.replace({"a": 1}, 0.0)
+    settle(c, api, 0.0)
+    c.replace({}, 1.0)
+    [w] = c.due(1.0)
+    api.apply(w)  # the server deleted it, but the answer was lost
+    c.failed(w, 1.0, retry_in=0.5)
+    c.replace({"a": 1}, 1.1)
+    settle(c, api, 1.1)
+    assert api.held == {"a": 1}
