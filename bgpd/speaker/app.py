@@ -94,6 +94,7 @@ from bgpd.model import (
     NodeName,
     PeerName,
     ServiceKey,
+    SessionState,
     SigtermAction,
 )
 from bgpd.mqtt import MQTTPublisher, backoff_delay
@@ -134,6 +135,10 @@ SWITCH_INTERVAL = 0.0005
 #: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
 #: all acknowledged, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
+#: The status objects are first written once the first decision's routes are
+#: acknowledged and every session is up, or this many seconds after the first decision
+#: at the latest (a session that needs longer is down, and the objects say so).
+STATUS_START_WITHIN = 30.0
 
 
 def _freeze_heap() -> None:
@@ -782,13 +787,34 @@ class Speaker:
 
     async def _cluster_status(self, publisher: StatusPublisher) -> None:
         """Hand the status objects' contents to the source when something changed, at
-        most once per statusInterval (the source then writes only what differs)."""
-        await self._first_decision.wait()
+        most once per statusInterval (the source then writes only what differs).
+
+        Not before the first decision's routes had their chance to reach the routers
+        (_status_start): at start nothing is on the wire yet, and publishing then would
+        delete every object the previous run left and create it again moments later."""
+        await self._status_start()
         while True:
             await self._status_wake.wait()
             self._status_wake.clear()
             publisher.publish_status(*self.cluster_status_now())
             await asyncio.sleep(self.config.speaker.status_interval)
+
+    async def _status_start(self) -> None:
+        """Return once the first decision's routes are acknowledged and every session
+        is up, or STATUS_START_WITHIN seconds after the first decision at the latest."""
+        await self._first_decision.wait()
+        deadline = time.monotonic() + STATUS_START_WITHIN
+        events = self.driver.subscribe()  # session changes wake the wait below
+        try:
+            await self.driver.wait_converged(within=STATUS_START_WITHIN)
+            while any(s.state is not SessionState.UP for s in self.driver.peer_status().values()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(events.get(), remaining)
+        finally:
+            self.driver.unsubscribe(events)
 
     async def _cluster_status_events(self) -> None:
         """Session and route events from the driver wake the status task."""
