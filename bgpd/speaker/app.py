@@ -806,13 +806,16 @@ class Speaker:
         deadline = time.monotonic() + STATUS_START_WITHIN
         events = self.driver.subscribe()  # session changes wake the wait below
         try:
-            await self.driver.wait_converged(within=STATUS_START_WITHIN)
-            while any(s.state is not SessionState.UP for s in self.driver.peer_status().values()):
+            # No session known yet (ExaBGP not started) counts as not up.
+            while not (statuses := self.driver.peer_status()) or any(
+                s.state is not SessionState.UP for s in statuses.values()
+            ):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(events.get(), remaining)
+            await self.driver.wait_converged(within=max(0.0, deadline - time.monotonic()))
         finally:
             self.driver.unsubscribe(events)
 
