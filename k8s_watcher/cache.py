@@ -68,6 +68,7 @@ from k8s_watcher.informer import (
     InformerTiming,
     Kind,
 )
+from k8s_watcher.status_writer import StatusLimits, StatusWriter
 from k8s_watcher.writer import AnnouncementEvents, EventRecorder, ObjectRef, drain_event_text
 
 logger = logging.getLogger(__name__)
@@ -462,6 +463,7 @@ class SpeakerSource(KubernetesSource):
         timing: InformerTiming | None = None,
         observer: InformerObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        status: StatusLimits | None = None,
     ) -> None:
         super().__init__(client, timing=timing, observer=observer, clock=clock)
         self._client = client
@@ -480,6 +482,12 @@ class SpeakerSource(KubernetesSource):
         if events:
             self.recorder = EventRecorder(client, component="kube-bgpd-speaker", host=node)
             self.announcements = AnnouncementEvents(self.recorder, node, clock=clock)
+        #: This node's status objects (SpeakerConfig clusterStatus), in our namespace.
+        self.status_writer: StatusWriter | None = None
+        if status is not None:
+            self.status_writer = StatusWriter(
+                client, node=node, namespace=default_namespace(), limits=status
+            )
 
     @classmethod
     def connect(
@@ -546,6 +554,16 @@ class SpeakerSource(KubernetesSource):
             await asyncio.sleep(max(0.0, wake - self._clock()))
             announcements.flush()
 
+    def publish_status(
+        self,
+        services: Mapping[ServiceKey, tuple[PeerName, ...]],
+        node_status: Mapping[str, Any] | None,
+        node_uid: str,
+    ) -> None:
+        """This node's status objects as they should be (never blocks)."""
+        if self.status_writer is not None:
+            self.status_writer.publish(services, node_status, node_uid)
+
     async def run(self) -> None:
         try:
             async with asyncio.TaskGroup() as tg:
@@ -557,6 +575,8 @@ class SpeakerSource(KubernetesSource):
                     tg.create_task(
                         self._budget_loop(self.announcements), name="speaker-event-budget"
                     )
+                if self.status_writer is not None:
+                    tg.create_task(self.status_writer.run(), name="speaker-status")
         finally:
             if self._owns_client:
                 await self._client.close()

@@ -61,6 +61,8 @@ DEBOUNCE_MAX: Final = 60
 DRAIN_WINDOW_MAX: Final = 3600
 PROBE_INTERVAL_MAX: Final = 3600
 PROBE_TIMEOUT_MAX: Final = 60
+STATUS_INTERVAL_MAX: Final = 3600
+STATUS_WRITES_MAX: Final = 1000
 _DP = DataPlaneCheck()
 DATA_PLANE_CHECK_FIELDS: Final = (
     Field(
@@ -171,6 +173,28 @@ SPEAKER: Final = KindTable(
             description="Also serve GET /status on metricsAddress (always on the control "
             "socket in workDir); POST /drain is never served there.",
         ),
+        Field(
+            "clusterStatus",
+            type="boolean",
+            default=True,
+            description="Write this node's status objects in the cluster (ServiceBGPStatus, "
+            "BGPNodeStatus); with the Kubernetes API as the cluster source only.",
+        ),
+        Field(
+            "statusInterval",
+            any_of=_seconds(STATUS_INTERVAL_MAX),
+            default="1s",
+            max_seconds=STATUS_INTERVAL_MAX,
+            description="The least time between two writes of one status object.",
+        ),
+        Field(
+            "statusWritesPerSecond",
+            type="integer",
+            minimum=1,
+            maximum=STATUS_WRITES_MAX,
+            default=20,
+            description="Status object writes per second at most, for the whole node.",
+        ),
     ),
     plural="speakerconfigs",
     columns=(
@@ -275,6 +299,14 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     if f.get("annotationPolicy") is not None:
         policy = _annotation_policy(doc, "spec.annotationPolicy", f["annotationPolicy"])
     expose_status = _flag(doc, f, "exposeStatus", d.expose_status)
+    cluster_status = _flag(doc, f, "clusterStatus", d.cluster_status)
+    status_interval = _duration(doc, f, "statusInterval", d.status_interval, STATUS_INTERVAL_MAX)
+    status_writes = d.status_writes_per_second
+    if f.get("statusWritesPerSecond") is not None:
+        got = read_int(
+            doc, "spec.statusWritesPerSecond", f["statusWritesPerSecond"], 1, STATUS_WRITES_MAX
+        )
+        status_writes = got if got is not None else status_writes
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -293,6 +325,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         allow_empty_config=allow_empty,
         annotation_policy=policy,
         expose_status=expose_status,
+        cluster_status=cluster_status,
+        status_interval=status_interval,
+        status_writes_per_second=status_writes,
     )
 
 

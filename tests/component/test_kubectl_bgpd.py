@@ -27,34 +27,6 @@ NS = "metallb-system"
 BIN = Path(sys.executable).parent
 
 
-def status_crd(group: str, version: str, kind: str, plural: str) -> dict[str, Any]:
-    """A minimal CRD for a status kind the speakers write (its shape is theirs)."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{group}"},
-        "spec": {
-            "group": group,
-            "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural},
-            "scope": "Namespaced",
-            "versions": [
-                {
-                    "name": version,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "type": "object",
-                            "x-kubernetes-preserve-unknown-fields": True,
-                        }
-                    },
-                }
-            ],
-        },
-    }
-
-
 def in_ns(obj: dict[str, Any]) -> dict[str, Any]:
     obj["metadata"]["namespace"] = NS
     return obj
@@ -101,7 +73,7 @@ def node_status(node: str, sessions: list[dict[str, Any]]) -> dict[str, Any]:
             "summary": {"sessions": len(sessions), "sessionsUp": 1, "advertised": 1},
             "sessions": sessions,
             "config": {"source": "cluster", "stale": False, "errors": []},
-            "drain": {"state": "none"},
+            "drain": {"state": "normal"},
         },
     }
 
@@ -146,12 +118,9 @@ def service_bgp_status(node: str, namespace: str, name: str, peers: list[str]) -
 @pytest.fixture(scope="module")
 def sim() -> Iterator[ApiSimulatorThread]:
     with ApiSimulatorThread() as s:
+        # The shipped CRDs: the configuration kinds and the status kinds the speakers write.
         for crd in product_crds():
             s.store.create(crd)
-        s.store.create(status_crd("kube-bgpd.io", "v1alpha1", "BGPNodeStatus", "bgpnodestatuses"))
-        s.store.create(
-            status_crd("metallb.io", "v1beta1", "ServiceBGPStatus", "servicebgpstatuses")
-        )
         for obj in CONFIG:
             s.store.create(in_ns(json.loads(json.dumps(obj))))
         for obj in CLUSTER:
