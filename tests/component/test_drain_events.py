@@ -27,6 +27,7 @@ from apisim_helpers import KUBECTL
 from k8s_kit import (
     client_for,
     endpoint_slice,
+    explain_from_speaker,
     free_port,
     kube_bgpd,
     lb_service,
@@ -97,28 +98,6 @@ def inspect_n1(kubeconfig: Path, config: Path) -> dict[str, Any]:
     return result
 
 
-def explain_from_speaker(port: int) -> dict[str, Any]:
-    """`kube-bgpd explain --from-speaker` for default/web: the speaker's own decision."""
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).with_name("kube-bgpd")),
-            "explain",
-            "--from-speaker",
-            "--metrics-address",
-            f"127.0.0.1:{port}",
-            "--output",
-            "json",
-            "default/web",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(proc.stdout)[0]
-    return result
-
-
 def counts(sim: ApiSimulator, service: str) -> list[tuple[str, int]]:
     return [
         (e["reason"], e["count"])
@@ -175,7 +154,7 @@ async def test_a_drain_is_told_on_the_node_and_the_service(tmp_path: Path) -> No
             # `kubectl bgpd inspect` computes what the running speaker decided.
             inspected, live = await asyncio.gather(
                 asyncio.to_thread(inspect_n1, kubeconfig, tmp_path / "config.yaml"),
-                asyncio.to_thread(explain_from_speaker, port),
+                asyncio.to_thread(explain_from_speaker, port, "default/web"),
             )
             assert inspected["routes"] == [
                 {"prefix": r["prefix"], "peer": r["peer"], "advertised": None}
