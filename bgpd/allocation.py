@@ -171,6 +171,11 @@ def _annotation(service: Service, name: str) -> str | None:
     return value
 
 
+def sharing_key(service: Service) -> str:
+    """The Service's sharing key (metallb.io/allow-shared-ip), "" when it has none."""
+    return _annotation(service, "allow-shared-ip") or ""
+
+
 @dataclass(frozen=True, slots=True)
 class _Request:
     """What one Service asks for, parsed once."""
@@ -245,7 +250,7 @@ def _request(service: Service) -> _Request:
         prefer_dual=policy == "PreferDualStack" and len(families) == 2,
         requested_ips=tuple(requested),
         pool=_annotation(service, "address-pool") or None,
-        sharing=_annotation(service, "allow-shared-ip") or "",
+        sharing=sharing_key(service),
         backend=backend,
         ports=frozenset((p.protocol, p.port) for p in service.ports),
     )

@@ -367,6 +367,12 @@ class SpeakerConfig:
     #: Seconds the event loop may stall, or ExaBGP leave a command unanswered, before the
     #: watchdog kills bfdd so the routers drop the node (bgpd.bfd.watchdog).
     bfd_watchdog: float = 5.0
+    #: Write this node's status objects in the cluster (ServiceBGPStatus, BGPNodeStatus).
+    cluster_status: bool = True
+    #: The least time between two writes of one status object, in seconds.
+    status_interval: float = 1.0
+    #: Status object writes per second at most (and as many at once).
+    status_writes_per_second: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,6 +478,8 @@ class Node:
     network_unavailable: bool = False
     #: status.addresses as (type, address), e.g. ("InternalIP", "172.31.250.11").
     addresses: tuple[tuple[str, str], ...] = ()
+    #: metadata.uid: the owner the node's status objects name.
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -274,6 +274,7 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
         annotations=_labels(meta, "annotations", f"{where}.metadata"),
         network_unavailable=unavailable,
         addresses=tuple(addresses),
+        uid=str(meta.get("uid", "")),
     )
 
 

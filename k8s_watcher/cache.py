@@ -68,7 +68,8 @@ from k8s_watcher.informer import (
     InformerTiming,
     Kind,
 )
-from k8s_watcher.writer import AnnouncementEvents, EventRecorder
+from k8s_watcher.status_writer import StatusLimits, StatusWriter
+from k8s_watcher.writer import AnnouncementEvents, EventRecorder, ObjectRef, drain_event_text
 
 logger = logging.getLogger(__name__)
 
@@ -462,6 +463,7 @@ class SpeakerSource(KubernetesSource):
         timing: InformerTiming | None = None,
         observer: InformerObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
+        status: StatusLimits | None = None,
     ) -> None:
         super().__init__(client, timing=timing, observer=observer, clock=clock)
         self._client = client
@@ -473,11 +475,19 @@ class SpeakerSource(KubernetesSource):
         self._secrets_wanted = asyncio.Event()
         self._secrets_wanted.set()
         self._previous: Decision | None = None
+        self._node = node
+        self._budget_wanted = asyncio.Event()
         self.recorder: EventRecorder | None = None
         self.announcements: AnnouncementEvents | None = None
         if events:
             self.recorder = EventRecorder(client, component="kube-bgpd-speaker", host=node)
-            self.announcements = AnnouncementEvents(self.recorder, node)
+            self.announcements = AnnouncementEvents(self.recorder, node, clock=clock)
+        #: This node's status objects (SpeakerConfig clusterStatus), in our namespace.
+        self.status_writer: StatusWriter | None = None
+        if status is not None:
+            self.status_writer = StatusWriter(
+                client, node=node, namespace=default_namespace(), limits=status
+            )
 
     @classmethod
     def connect(
@@ -518,7 +528,41 @@ class SpeakerSource(KubernetesSource):
             snap = self.last_snapshot
             services = snap.services if snap is not None else {}
             self.announcements.observe(self._previous, decision, services, changes)
+            self._budget_wanted.set()
         self._previous = decision
+
+    def observe_drain(self, event: str, fields: Mapping[str, object], *, withdrawn: bool) -> None:
+        """A drain transition (`event`: the drain's log event name, bgpd.speaker.drain):
+        an Event on the Node, and, when the drain withdrew or gave back the node's
+        routes (`withdrawn`), one per Service it announces (within the Event budget)."""
+        if self.recorder is None or self.announcements is None:
+            return
+        found = drain_event_text(event, fields, self._node)
+        if found is not None:
+            self.recorder.record(ObjectRef.node(self._node), *found)
+        self.announcements.set_withdrawn(withdrawn)
+        self._budget_wanted.set()
+
+    async def _budget_loop(self, announcements: AnnouncementEvents) -> None:
+        """Record the aggregated announce Events when their window ends."""
+        while True:
+            wake = announcements.wake_at
+            if wake is None:
+                await self._budget_wanted.wait()
+                self._budget_wanted.clear()
+                continue
+            await asyncio.sleep(max(0.0, wake - self._clock()))
+            announcements.flush()
+
+    def publish_status(
+        self,
+        services: Mapping[ServiceKey, tuple[PeerName, ...]],
+        node_status: Mapping[str, Any] | None,
+        node_uid: str,
+    ) -> None:
+        """This node's status objects as they should be (never blocks)."""
+        if self.status_writer is not None:
+            self.status_writer.publish(services, node_status, node_uid)
 
     async def run(self) -> None:
         try:
@@ -527,6 +571,12 @@ class SpeakerSource(KubernetesSource):
                 tg.create_task(self._secrets_loop(), name="speaker-secrets")
                 if self.recorder is not None:
                     tg.create_task(self.recorder.run(), name="speaker-events")
+                if self.announcements is not None:
+                    tg.create_task(
+                        self._budget_loop(self.announcements), name="speaker-event-budget"
+                    )
+                if self.status_writer is not None:
+                    tg.create_task(self.status_writer.run(), name="speaker-status")
         finally:
             if self._owns_client:
                 await self._client.close()

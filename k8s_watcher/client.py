@@ -169,9 +169,12 @@ class KubeClient:
         return api
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
-        """Load credentials (see load_configuration) and build a client."""
-        return cls(await load_configuration(kubeconfig))
+    async def connect(
+        cls, kubeconfig: str | None = None, *, context: str | None = None
+    ) -> KubeClient:
+        """Load credentials (see load_configuration; `context`: the kubeconfig context
+        to use instead of its current one) and build a client."""
+        return cls(await load_configuration(kubeconfig, context=context))
 
     @classmethod
     def lazy(cls, kubeconfig: str | None = None) -> KubeClient:

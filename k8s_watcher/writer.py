@@ -44,6 +44,7 @@ from bgpd.model import (
 )
 from k8s_watcher.client import MERGE_PATCH, KubeClient, object_path
 from k8s_watcher.errors import KubernetesError, NotFound
+from k8s_watcher.event_budget import Aggregate, Change, EventBudget, Released
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +127,12 @@ class ObjectRef:
     @classmethod
     def service(cls, service: Service) -> ObjectRef:
         return cls("Service", service.namespace, service.name, service.uid)
+
+    @classmethod
+    def node(cls, node: NodeName) -> ObjectRef:
+        """A Node, as the kubelet names it in its own Events: the uid is the node's name
+        (`kubectl describe node` selects Events by that uid)."""
+        return cls("Node", "", node, node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,6 +414,65 @@ def _skip_service(skip: Skip) -> ServiceKey:
     return skip.service
 
 
+#: Node Events of a drain, by the drain's log event name (bgpd.speaker.drain):
+#: (type, reason, message template over the event's fields and "node").
+DRAIN_EVENTS: Mapping[str, tuple[EventType, str, str]] = MappingProxyType(
+    {
+        "speaker.draining": (
+            EventType.NORMAL,
+            "DrainStarted",
+            "node {node!r} is draining (asked by {source}): its routes carry "
+            "GRACEFUL_SHUTDOWN and are withdrawn in {window}s",
+        ),
+        "speaker.drained": (
+            EventType.NORMAL,
+            "Drained",
+            "node {node!r} withdrew its routes: the drain window ended",
+        ),
+        "speaker.drain_cancelled": (
+            EventType.NORMAL,
+            "DrainCancelled",
+            "node {node!r}: the operator's drain was cancelled",
+        ),
+        "speaker.undrained": (
+            EventType.NORMAL,
+            "Undrained",
+            "node {node!r} announces its routes normally again",
+        ),
+        "speaker.drain_annotation_invalid": (
+            EventType.WARNING,
+            "InvalidDrainAnnotation",
+            "node {node!r}: {annotation}={value!r} is not {expected}; kept {kept}",
+        ),
+    }
+)
+
+#: The cause of the per-Service Events while a drain has withdrawn the node's routes.
+CAUSE_DRAINING = "draining"
+#: The cause group of "started announcing" Events.
+CAUSE_ANNOUNCING = "announcing"
+
+
+def drain_event_text(
+    name: str, fields: Mapping[str, object], node: NodeName
+) -> tuple[EventType, str, str] | None:
+    """The Node Event for a drain log event: (type, reason, message); None for an
+    event that is no news on the Node."""
+    found = DRAIN_EVENTS.get(name)
+    if found is None:
+        return None
+    type_, reason, template = found
+    try:
+        message = template.format(node=node, **fields)
+    except (KeyError, IndexError, ValueError):
+        message = f"node {node!r}: {name}"
+    return type_, reason, message
+
+
+#: An announce change waiting for the budget: (the Service, the Event's message).
+_Item = tuple[Service, str]
+
+
 class AnnouncementEvents:
     """Records an Event when this node starts or stops announcing a Service, and a
     Warning Event when a notice or an invalidAnnotation appears for one (once: again only
@@ -417,11 +483,32 @@ class AnnouncementEvents:
     of a dual-stack Service changing peers is a route detail, not news), and never for a
     Service that no longer exists (an Event about a deleted object is noise). Cheap and
     synchronous: the recorder queues and rate-limits.
+
+    A drain that withdraws the node's routes does not change the decision (the driver's
+    mode withdraws them), so the speaker says so with `set_withdrawn`: every Service the
+    node announced gets "stopped announcing: draining", and "announcing" again when the
+    drain ends; while withdrawn, decisions change what is announced later, not now.
+
+    Announce changes go through an EventBudget (k8s_watcher.event_budget): a burst over
+    many Services records a bounded number of Events, the rest counted in one aggregated
+    Event on the Node; `flush()` reports what waited for the window's end (`wake_at`).
     """
 
-    def __init__(self, recorder: EventRecorder, node: NodeName) -> None:
+    def __init__(
+        self,
+        recorder: EventRecorder,
+        node: NodeName,
+        *,
+        budget: EventBudget[_Item] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._recorder = recorder
         self._node = node
+        self._budget: EventBudget[_Item] = budget if budget is not None else EventBudget()
+        self._clock = clock
+        #: A drain withdrew the node's routes (set_withdrawn).
+        self._withdrawn = False
+        self._services: Mapping[ServiceKey, Service] = _EMPTY_SERVICES
         #: The last `new` observed and, for it, Service -> peer -> routes announced: the
         #: next call starting from that decision only looks at the routes that changed.
         self._last: Decision | None = None
@@ -482,28 +569,77 @@ class AnnouncementEvents:
                 was.setdefault(key, bool(peers))
                 peers[route.peer] = peers.get(route.peer, 0) + 1
         self._last = new
-        for key in sorted(k for k, present in was.items() if not present and k in counts):
-            service = services.get(key)
-            if service is None:
-                continue
-            peers_text = ", ".join(sorted(counts[key]))
-            self._recorder.record(
-                ObjectRef.service(service),
-                EventType.NORMAL,
-                REASON_ANNOUNCING,
-                f"announcing from node {self._node!r} to peers {peers_text}",
-            )
+        self._services = services
+        if self._withdrawn:
+            # The routes are withdrawn whatever the decision says: nothing changes now.
+            return
+        news = [
+            self._announcing(services[key])
+            for key in sorted(k for k, present in was.items() if not present and k in counts)
+            if key in services
+        ]
         for key in sorted(k for k, present in was.items() if present and k not in counts):
             service = services.get(key)
             if service is None:
                 continue
             reason, detail = skip_reason(new, key)
-            why = str(reason) if reason is not None else "no route selected"
-            if detail:
-                why += f" ({detail})"
+            cause = str(reason) if reason is not None else "no route selected"
+            why = f"{cause} ({detail})" if detail else cause
+            news.append(self._stopped(service, cause, why))
+        self._release(self._budget.offer(self._clock(), news))
+
+    def _announcing(self, service: Service) -> Change[_Item]:
+        peers_text = ", ".join(sorted(self._counts[service.key]))
+        message = f"announcing from node {self._node!r} to peers {peers_text}"
+        return Change(REASON_ANNOUNCING, CAUSE_ANNOUNCING, (service, message))
+
+    def _stopped(self, service: Service, cause: str, why: str) -> Change[_Item]:
+        message = f"node {self._node!r} stopped announcing: {why}"
+        return Change(REASON_NOT_ANNOUNCING, cause, (service, message))
+
+    def set_withdrawn(self, withdrawn: bool) -> None:
+        """A drain withdrew (True) or gave back (False) every route of the node: one
+        announce change per Service the last decision announces (through the budget)."""
+        if withdrawn == self._withdrawn:
+            return
+        self._withdrawn = withdrawn
+        services = self._services
+        keys = sorted(k for k in self._counts if k in services)
+        if withdrawn:
+            changes = [self._stopped(services[k], CAUSE_DRAINING, CAUSE_DRAINING) for k in keys]
+        else:
+            changes = [self._announcing(services[k]) for k in keys]
+        self._release(self._budget.offer(self._clock(), changes))
+
+    @property
+    def wake_at(self) -> float | None:
+        """When `flush` has an aggregated Event to record (None: nothing waits)."""
+        return self._budget.wake_at
+
+    def flush(self) -> None:
+        """Record the aggregated Events whose window has ended."""
+        self._release(self._budget.flush(self._clock()))
+
+    def _release(self, released: Released[_Item]) -> None:
+        for change in released.single:
+            service, message = change.item
             self._recorder.record(
-                ObjectRef.service(service),
-                EventType.NORMAL,
-                REASON_NOT_ANNOUNCING,
-                f"node {self._node!r} stopped announcing: {why}",
+                ObjectRef.service(service), EventType.NORMAL, change.reason, message
             )
+        for agg in released.aggregates:
+            self._recorder.record(
+                ObjectRef.node(self._node),
+                EventType.NORMAL,
+                agg.reason,
+                self._aggregate_message(agg),
+            )
+
+    def _aggregate_message(self, agg: Aggregate) -> str:
+        """client-go marks its aggregate "(combined from similar events)"; ours names the
+        count, since the Services it stands for have no Event of their own."""
+        noun = "Service" if agg.count == 1 else "Services"
+        if agg.reason == REASON_ANNOUNCING:
+            what = f"node {self._node!r} started announcing {agg.count} more {noun}"
+        else:
+            what = f"node {self._node!r} stopped announcing {agg.count} more {noun}: {agg.cause}"
+        return f"(combined from similar events): {what} (over the Event budget: no Event each)"

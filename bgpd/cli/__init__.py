@@ -27,7 +27,12 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("controller", "controller", "run the IP allocator (leader-elected)"),
     ("status", "status", "show a running speaker's peers and routes"),
     ("drain", "drain", "gracefully shut a running speaker's routes down (RFC 8326)"),
+    ("inspect", "inspect", "one Service from the cluster: allocation, decisions, advertised"),
+    ("peers", "peers", "every node's BGP sessions, from the cluster's BGPNodeStatus"),
 )
+
+#: The kubectl plugin's name: kubectl runs `kubectl-bgpd` from PATH for `kubectl bgpd`.
+KUBECTL_PROG = "kubectl bgpd"
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
@@ -65,9 +70,9 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "kube-bgpd") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="kube-bgpd",
+        prog=prog,
         description="Announce Kubernetes LoadBalancer Service IPs to routers over BGP.",
     )
     parser.add_argument("--version", action="version", version=f"kube-bgpd {__version__}")
@@ -78,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         mod = _load(module)
         if mod is not None:
             mod.configure(p)
-        p.set_defaults(_module=module)
+        p.set_defaults(_module=module, prog_name=prog)
     return parser
 
 
@@ -100,13 +105,19 @@ def _load(module: str) -> CommandModule | None:
         raise
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, *, prog: str = "kube-bgpd") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     mod = _load(args._module)
     if mod is None:
         parser.error(f"{args.command}: not available in this build")
     return mod.run(args)
+
+
+def kubectl_main() -> int:
+    """The `kubectl-bgpd` executable: the same commands, named as kubectl users type them
+    (`kubectl bgpd inspect ...`)."""
+    return main(prog=KUBECTL_PROG)
 
 
 if __name__ == "__main__":

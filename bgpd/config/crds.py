@@ -54,6 +54,7 @@ from bgpd.config.fields import (
     KindTable,
     definition,
 )
+from bgpd.config.status_crds import status_crds
 
 #: The group of kube-bgpd's own kinds.
 KUBE_BGPD_GROUP: Final = "kube-bgpd.io"
@@ -346,8 +347,9 @@ def crd(versions: list[KindTable]) -> dict[str, Any]:
 
 
 def generate() -> list[dict[str, Any]]:
-    """Every CRD, from the field table."""
-    return [crd(versions) for versions in _kinds()]
+    """Every CRD: the configuration's, from the field table, and the status kinds the
+    speaker writes (bgpd.config.status_crds)."""
+    return [crd(versions) for versions in _kinds()] + status_crds()
 
 
 def file_name(definition: dict[str, Any]) -> str:

@@ -65,6 +65,8 @@ PROBE_TIMEOUT_MAX: Final = 60
 #: cluster could kill bfdd (docs/bfd.md, hazards); above 60 s the hold timer is sooner.
 BFD_WATCHDOG_MIN: Final = 1
 BFD_WATCHDOG_MAX: Final = 60
+STATUS_INTERVAL_MAX: Final = 3600
+STATUS_WRITES_MAX: Final = 1000
 _DP = DataPlaneCheck()
 DATA_PLANE_CHECK_FIELDS: Final = (
     Field(
@@ -193,6 +195,28 @@ SPEAKER: Final = KindTable(
             description="Seconds the speaker may hang (event loop stalled, or ExaBGP not "
             "answering) before bfdd is killed so the routers drop this node (1-60).",
         ),
+        Field(
+            "clusterStatus",
+            type="boolean",
+            default=True,
+            description="Write this node's status objects in the cluster (ServiceBGPStatus, "
+            "BGPNodeStatus); with the Kubernetes API as the cluster source only.",
+        ),
+        Field(
+            "statusInterval",
+            any_of=_seconds(STATUS_INTERVAL_MAX),
+            default="1s",
+            max_seconds=STATUS_INTERVAL_MAX,
+            description="The least time between two writes of one status object.",
+        ),
+        Field(
+            "statusWritesPerSecond",
+            type="integer",
+            minimum=1,
+            maximum=STATUS_WRITES_MAX,
+            default=20,
+            description="Status object writes per second at most, for the whole node.",
+        ),
     ),
     plural="speakerconfigs",
     columns=(
@@ -301,6 +325,14 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     bfd_watchdog = _duration(doc, f, "bfdWatchdog", d.bfd_watchdog, BFD_WATCHDOG_MAX)
     if bfd_watchdog < BFD_WATCHDOG_MIN:
         doc.error("spec.bfdWatchdog", f"{bfd_watchdog:g} is below {BFD_WATCHDOG_MIN} second")
+    cluster_status = _flag(doc, f, "clusterStatus", d.cluster_status)
+    status_interval = _duration(doc, f, "statusInterval", d.status_interval, STATUS_INTERVAL_MAX)
+    status_writes = d.status_writes_per_second
+    if f.get("statusWritesPerSecond") is not None:
+        got = read_int(
+            doc, "spec.statusWritesPerSecond", f["statusWritesPerSecond"], 1, STATUS_WRITES_MAX
+        )
+        status_writes = got if got is not None else status_writes
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -321,6 +353,9 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         expose_status=expose_status,
         bfd_strict=bfd_strict,
         bfd_watchdog=bfd_watchdog,
+        cluster_status=cluster_status,
+        status_interval=status_interval,
+        status_writes_per_second=status_writes,
     )
 
 

@@ -18,6 +18,11 @@ tasks:
   to the drain, the whole to decide() as a DataPlane,
 * ``mqtt``, ``mqtt-events`` (only with SpeakerConfig.mqtt) the MQTT publisher and the
   pump from the driver's event queue into it (bgpd.mqtt: never blocks BGP),
+* ``cluster-status``, ``cluster-status-events`` (only when the source writes status
+  objects: the Kubernetes API with SpeakerConfig clusterStatus) hand this node's
+  ServiceBGPStatus and BGPNodeStatus contents (bgpd.speaker.cluster_status) to the
+  source after a pass, a session or route event, a drain step or a new configuration,
+  at most once per statusInterval; the source coalesces and rate-limits the writes,
 * the ``companions`` given at construction (``--with-controller``: ``controller``).
 
 A companion that raises, or an ExaBGP that cannot be started at all (missing binary),
@@ -98,11 +103,13 @@ from bgpd.model import (
     Node,
     NodeName,
     PeerName,
+    ServiceKey,
+    SessionState,
     SigtermAction,
 )
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
-from bgpd.speaker import attribute_state, drain
+from bgpd.speaker import attribute_state, cluster_status, drain
 from bgpd.speaker.bfd_follow import BfdFollow, say_goodbye
 from bgpd.speaker.dataplane import (
     DataPlaneState,
@@ -125,9 +132,11 @@ from bgpd.speaker.source import (
     ConfigFollower,
     ConfigSource,
     DecisionObserver,
+    DrainObserver,
     KindsSynced,
     RunnableSource,
     SecretPasswords,
+    StatusPublisher,
 )
 from bgpd.status import CONTROL_SOCKET, Deferred, StatusServer
 
@@ -138,6 +147,10 @@ SWITCH_INTERVAL = 0.0005
 #: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
 #: all acknowledged, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
+#: The status objects are first written once the first decision's routes are
+#: acknowledged and every session is up, or this many seconds after the first decision
+#: at the latest (a session that needs longer is down, and the objects say so).
+STATUS_START_WITHIN = 30.0
 
 
 def _freeze_heap() -> None:
@@ -248,8 +261,12 @@ class Speaker:
         # The source's optional abilities, found once (bgpd.speaker.source).
         self._secrets = source if isinstance(source, SecretPasswords) else None
         self._observer = source if isinstance(source, DecisionObserver) else None
+        self._drain_observer = source if isinstance(source, DrainObserver) else None
         self._follower = source if isinstance(source, ConfigFollower) else None
         self._kinds = source if isinstance(source, KindsSynced) else None
+        self._publisher = source if isinstance(source, StatusPublisher) else None
+        #: Set when something the cluster's status objects show may have changed.
+        self._status_wake = asyncio.Event()
         self.render_inputs = (
             render_inputs if render_inputs is not None else HostRenderInputs(config)
         )
@@ -585,6 +602,7 @@ class Speaker:
             drain.annotate(self.drain_state, drain.annotation_value(node), time.time())
         )
         self._first_decision.set()
+        self._status_wake.set()
         self.metrics.observe_reconcile(result.duration)
         self._save_last_valid()
         # The Decider says whether the desired set changed (no second by_peer() and
@@ -649,6 +667,7 @@ class Speaker:
         # The Kubernetes source reads the BGPPeers' passwordSecrets the config names.
         if self._follower is not None:
             self._follower.set_config(config)
+        self._status_wake.set()
         log(_logger, logging.INFO, "config.reloaded")
 
     def config_stale_reason(self) -> str:
@@ -672,8 +691,11 @@ class Speaker:
     def _drain_step(self, t: Transition) -> None:
         """Carry out what the drain state machine says: mode, log lines, timer."""
         self.drain_state = t.state
+        withdrawn = t.state.draining and t.state.mode is DriverMode.WITHDRAWN
         for event in t.events:
             _log_drain_event(event)
+            if self._drain_observer is not None:
+                self._drain_observer.observe_drain(event.name, event.fields, withdrawn=withdrawn)
         if t.mode is not None:
             self.driver.set_mode(t.mode)
         if self._drain_timer is not None and (t.wake_at is not None or not t.state.draining):
@@ -686,6 +708,7 @@ class Speaker:
             self._drained.set()
         else:
             self._drained.clear()
+        self._status_wake.set()
         self._publish_data_plane()
 
     def _drain_tick(self) -> None:
@@ -836,6 +859,85 @@ class Speaker:
             now = time.monotonic()
             self.metrics.observe_convergence(ConvergencePhase.ACKNOWLEDGE, now - applied)
             self.metrics.observe_convergence(ConvergencePhase.TOTAL, now - first)
+
+    # ------------------------------------------------------------------ cluster status
+
+    def cluster_status_now(
+        self,
+    ) -> tuple[dict[ServiceKey, tuple[PeerName, ...]], dict[str, Any] | None, str]:
+        """What this node's status objects should hold now: Service -> the peers that
+        have its routes, the BGPNodeStatus status (None while the Node is missing) and
+        the Node's uid (their owner)."""
+        last = self.reconciler.last
+        decision = None if last is None else last.decision
+        on_wire = cluster_status.routes_on_the_wire(self.driver)
+        services = cluster_status.service_peers(decision, on_wire)
+        node = None if last is None else last.snapshot.nodes.get(self.node)
+        if node is None:
+            return services, None, ""
+        stale = self.config_stale_reason()
+        body = cluster_status.node_status(
+            cluster_status.NodeInputs(
+                node=self.node,
+                peers=self.driver.peer_status(),
+                desired=cluster_status.desired_counts(decision),
+                advertised={peer: len(routes) for peer, routes in on_wire.items()},
+                config_origin=cluster_status.ConfigOrigin.FILE
+                if self.config_source is None
+                else cluster_status.ConfigOrigin.CLUSTER,
+                config_errors=(stale, self.render_error, self.write_error),
+                config_stale=stale != "",
+                drain_state=str(self.driver.mode),
+                drain_since=self.drain_state.started,
+            )
+        )
+        return services, body, node.uid
+
+    async def _cluster_status(self, publisher: StatusPublisher) -> None:
+        """Hand the status objects' contents to the source when something changed, at
+        most once per statusInterval (the source then writes only what differs).
+
+        Not before the first decision's routes had their chance to reach the routers
+        (_status_start): at start nothing is on the wire yet, and publishing then would
+        delete every object the previous run left and create it again moments later."""
+        await self._status_start()
+        while True:
+            await self._status_wake.wait()
+            self._status_wake.clear()
+            publisher.publish_status(*self.cluster_status_now())
+            await asyncio.sleep(self.config.speaker.status_interval)
+
+    async def _status_start(self) -> None:
+        """Return once the first decision's routes are acknowledged and every session
+        is up, or STATUS_START_WITHIN seconds after the first decision at the latest."""
+        await self._first_decision.wait()
+        deadline = time.monotonic() + STATUS_START_WITHIN
+        events = self.driver.subscribe()  # session changes wake the wait below
+        try:
+            # No session known yet (ExaBGP not started) counts as not up.
+            while not (statuses := self.driver.peer_status()) or any(
+                s.state is not SessionState.UP for s in statuses.values()
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(events.get(), remaining)
+            await self.driver.wait_converged(within=max(0.0, deadline - time.monotonic()))
+        finally:
+            self.driver.unsubscribe(events)
+
+    async def _cluster_status_events(self) -> None:
+        """Session and route events from the driver wake the status task."""
+        events = self.driver.subscribe()
+        try:
+            while True:
+                await events.get()
+                while not events.empty():
+                    events.get_nowait()
+                self._status_wake.set()
+        finally:
+            self.driver.unsubscribe(events)
 
     # ------------------------------------------------------------------ status provider
 
@@ -1062,6 +1164,9 @@ class Speaker:
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
+                if self._publisher is not None:
+                    tg.create_task(self._cluster_status(self._publisher), name="cluster-status")
+                    tg.create_task(self._cluster_status_events(), name="cluster-status-events")
                 if self.mqtt is not None:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()

@@ -10,7 +10,9 @@ construction (``isinstance``), so mypy checks both sides:
   records "started/stopped announcing" Events);
 * ``ConfigFollower``: takes a reloaded config (the Secrets it names may differ);
 * ``KindsSynced``: per-kind sync state for the metrics (the Kubernetes source's
-  informers); without it the source counts as one kind, "cluster".
+  informers); without it the source counts as one kind, "cluster";
+* ``StatusPublisher``: writes this node's status objects in the cluster (the
+  Kubernetes source, with SpeakerConfig clusterStatus).
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from bgpd.metrics import WatchMetrics
-from bgpd.model import Config, Decision, IPNetwork, NodeName, PeerName
+from bgpd.model import Config, Decision, IPNetwork, NodeName, PeerName, ServiceKey
 from bgpd.reconciler import SnapshotSource
 
 
@@ -55,6 +57,15 @@ class DecisionObserver(Protocol):
 
 
 @runtime_checkable
+class DrainObserver(Protocol):
+    def observe_drain(self, event: str, fields: Mapping[str, object], *, withdrawn: bool) -> None:
+        """A drain transition: `event` is the drain's log event name (bgpd.speaker.drain)
+        with its fields; `withdrawn`: the drain has withdrawn every route of the node.
+        Never blocks."""
+        ...
+
+
+@runtime_checkable
 class ConfigFollower(Protocol):
     def set_config(self, config: Config) -> None: ...
 
@@ -63,6 +74,20 @@ class ConfigFollower(Protocol):
 class KindsSynced(Protocol):
     def kinds_synced(self) -> Mapping[str, bool]:
         """Kind name -> whether its first list finished."""
+        ...
+
+
+@runtime_checkable
+class StatusPublisher(Protocol):
+    def publish_status(
+        self,
+        services: Mapping[ServiceKey, tuple[PeerName, ...]],
+        node_status: Mapping[str, Any] | None,
+        node_uid: str,
+    ) -> None:
+        """The whole desired state of this node's status objects: Service -> the peers
+        that have its routes, and the BGPNodeStatus status (None: the Node is gone).
+        Never blocks; the source coalesces and rate-limits the writes."""
         ...
 
 
@@ -108,7 +133,9 @@ def make_source(
         # passwordSecrets without a namespace: where the Kubernetes source looks.
         return ClusterFileSource(options.cluster_file, config=config, namespace=default_namespace())
     from k8s_watcher.cache import SpeakerSource
+    from k8s_watcher.status_writer import StatusLimits
 
+    sc = config.speaker
     # The credentials are loaded when run() starts.
     return SpeakerSource.connect(
         options.kubeconfig,
@@ -116,4 +143,7 @@ def make_source(
         node=options.node,
         observer=observer,
         secret_namespace=options.config_namespace,
+        status=StatusLimits(sc.status_interval, float(sc.status_writes_per_second))
+        if sc.cluster_status
+        else None,
     )

@@ -174,6 +174,10 @@ class Store:
         self._history_size = history_size
         self._objects: dict[str, dict[Key, Record]] = {r.key: {} for r in self.table.resources}
         self._subscribers: list[Subscriber] = []
+        #: The garbage collector's graph: owner uid -> its dependents (_collect_garbage).
+        self._dependents: dict[str, set[tuple[str, Key]]] = {}
+        #: The uid of every stored object (owners looked up by uid).
+        self._uids: set[str] = set()
         self._allocator = defaults.Allocator()
         namespaces = self.table.by_name("namespaces")
         if namespaces is not None:
@@ -664,7 +668,9 @@ class Store:
         rd = next((r for r in self.table.resources if r.crd and r.key == key), None)
         if rd is not None:
             for obj_key in sorted(self._objects.get(key, {})):
-                self._commit(rd, obj_key, None, self._objects[key][obj_key])
+                # The garbage collector may have taken it with an owner already.
+                if (record := self._objects[key].get(obj_key)) is not None:
+                    self._commit(rd, obj_key, None, record)
         self.table.unregister(key)
         self._objects.pop(key, None)
 
@@ -674,7 +680,9 @@ class Store:
             if not rd.namespaced:
                 continue
             for key in [k for k in self._objects[rd.key] if k[0] == namespace]:
-                self._commit(rd, key, None, self._objects[rd.key][key])
+                # The garbage collector may have taken it with an owner already.
+                if (record := self._objects[rd.key].get(key)) is not None:
+                    self._commit(rd, key, None, record)
 
     def _replace(
         self,
@@ -778,6 +786,9 @@ class Store:
             del self._objects[rd.key][key]
         else:
             self._objects[rd.key][key] = record
+        self._track_owners(
+            rd, key, None if old is None else old.obj, None if kind == "DELETED" else record.obj
+        )
         event = WatchEvent(rv, rd, key, kind, record, old)
         self._history.append(event)
         if len(self._history) > self._history_size + max(1, self._history_size // 10):
@@ -788,7 +799,49 @@ class Store:
             del self._history[:drop]
         for subscriber in list(self._subscribers):
             subscriber(event)
+        uid = str(record.obj["metadata"].get("uid", ""))
+        if kind == "DELETED":
+            self._uids.discard(uid)
+            self._collect_garbage(uid)
+        elif kind == "ADDED":
+            self._uids.add(uid)
+            refs = record.obj["metadata"].get("ownerReferences") or ()
+            if refs and not any(self._owner_exists(r) for r in refs):
+                # Created with owners that are all gone: the collector deletes it.
+                namespace, name = key
+                self.delete_record(rd, name, namespace or None)
         return record
+
+    def _track_owners(self, rd: ResourceDef, key: Key, old: Obj | None, new: Obj | None) -> None:
+        """Keep the owner -> dependents index of metadata.ownerReferences up to date."""
+        for obj, add in ((old, False), (new, True)):
+            for ref in (obj or {}).get("metadata", {}).get("ownerReferences") or ():
+                uid = ref.get("uid") if isinstance(ref, dict) else None
+                if not isinstance(uid, str) or not uid:
+                    continue
+                if add:
+                    self._dependents.setdefault(uid, set()).add((rd.key, key))
+                elif uid in self._dependents:
+                    self._dependents[uid].discard((rd.key, key))
+                    if not self._dependents[uid]:
+                        del self._dependents[uid]
+
+    def _collect_garbage(self, uid: str) -> None:
+        """The garbage collector's background cascade, done at once: an object whose
+        owners (by uid) are all gone is deleted (finalizers honoured, as a DELETE)."""
+        for rd_key, key in sorted(self._dependents.pop(uid, ())):
+            record = self._objects.get(rd_key, {}).get(key)
+            if record is None:
+                continue
+            refs = record.obj["metadata"].get("ownerReferences") or ()
+            if any(self._owner_exists(r) for r in refs if r.get("uid") != uid):
+                continue
+            rd = next(r for r in self.table.resources if r.key == rd_key)
+            namespace, name = key
+            self.delete_record(rd, name, namespace or None)
+
+    def _owner_exists(self, ref: Mapping[str, Any]) -> bool:
+        return ref.get("uid") in self._uids
 
     def _resource_of(self, obj: Mapping[str, Any]) -> ResourceDef:
         api_version, kind = obj.get("apiVersion"), obj.get("kind")

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 import socket
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
@@ -191,3 +193,19 @@ async def kube_bgpd(home: Path, log: Path, *args: str) -> AsyncIterator[asyncio.
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+
+
+def explain_from_speaker(port: int, service: str) -> dict[str, Any]:
+    """`kube-bgpd explain --from-speaker --output json SERVICE` of the speaker whose status
+    listener is on `port` (SpeakerConfig exposeStatus): its own last decision."""
+    address = f"127.0.0.1:{port}"
+    argv = [str(Path(sys.executable).with_name("kube-bgpd")), "explain", "--from-speaker"]
+    proc = subprocess.run(
+        [*argv, "--metrics-address", address, "--output", "json", service],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout)[0]
+    return result

@@ -26,9 +26,12 @@ from urllib.parse import parse_qs
 
 import deploy_kit as kit
 import pytest
+from k8s_kit import free_port
 
+from bgpd.config.status_crds import status_crds
 from kbgpd_lab.apisim import ApiSimulatorThread, RequestRecord
 from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.bgp_peer import PassivePeer
 from kbgpd_lab.kit.crds import product_crds
 from kbgpd_lab.kit.waiting import wait_until
 
@@ -312,13 +315,17 @@ def lb_service(name: str, ips: tuple[str, ...] = ()) -> dict[str, Any]:
     )
 
 
-def seed(sim: ApiSimulatorThread) -> None:
+def config(peer_port: int) -> str:
+    return CONFIG.replace("peerPort: 1\n", f"peerPort: {peer_port}\n")
+
+
+def seed(sim: ApiSimulatorThread, peer_port: int) -> None:
     """A cluster kube-bgpd is deployed in: its CRDs, and its configuration as objects."""
     for ns in ("default", NAMESPACE, CONFIG_NAMESPACE):
         sim.store.apply(manifests.namespace(ns))
     for crd in product_crds():
         sim.store.create(crd)
-    for obj in kit.config_objects(CONFIG):
+    for obj in kit.config_objects(config(peer_port)):
         sim.store.create(obj)
 
 
@@ -335,9 +342,18 @@ def wait_on_process(
 
 
 @pytest.fixture
-def sim() -> Iterator[ApiSimulatorThread]:
+def peer() -> Iterator[PassivePeer]:
+    """The BGPPeer "tor": a passive peer on loopback with its MD5 key, so the session
+    comes up and the speaker writes its status objects."""
+    # MetalLB's BGPPeer schema allows ports up to 16384.
+    with PassivePeer(port=free_port(below=16385), md5="secret") as p:
+        yield p
+
+
+@pytest.fixture
+def sim(peer: PassivePeer) -> Iterator[ApiSimulatorThread]:
     with ApiSimulatorThread(bookmark_interval=0.5) as s:
-        seed(s)
+        seed(s, peer.port)
         yield s
 
 
@@ -431,7 +447,9 @@ def endpoint_slice(service: str, node: str, *, ready: bool) -> dict[str, Any]:
     return manifests.endpoint_slice(f"{service}-a", service, [endpoint])
 
 
-def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path: Path) -> None:
+def test_speaker_rbac_is_exactly_what_it_uses(
+    sim: ApiSimulatorThread, peer: PassivePeer, tmp_path: Path
+) -> None:
     kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
     sim.store.create(manifests.node("node1", addresses=["127.0.0.1"]))
     sim.store.create(
@@ -461,13 +479,33 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
 
         return check
 
+    def service_status(peers: list[str]) -> Callable[[], bool]:
+        def check() -> bool:
+            objs = sim.store.list("servicebgpstatuses", NAMESPACE)
+            return [o.get("status", {}).get("peers") for o in objs] == ([peers] if peers else [])
+
+        return check
+
     try:
         # Starts announcing: nodeAssigned.
         wait_on_process(posted("nodeAssigned"), "a nodeAssigned Event", proc, log)
+        # Its routes on the wire to tor: a ServiceBGPStatus (created, then its status
+        # patched) and the node's BGPNodeStatus.
+        wait_on_process(service_status(["tor"]), "the ServiceBGPStatus of web", proc, log)
+        wait_on_process(
+            lambda: bool(
+                (o := sim.store.get("bgpnodestatuses", "node1", NAMESPACE))
+                and o.get("status", {}).get("summary", {}).get("sessionsUp") == 1
+            ),
+            "the BGPNodeStatus of node1",
+            proc,
+            log,
+        )
         # Stops (endpoint not ready) and starts again: the second, identical
-        # nodeAssigned is folded into the first (PATCH).
+        # nodeAssigned is folded into the first (PATCH). The ServiceBGPStatus goes.
         sim.store.apply(endpoint_slice("web", "node1", ready=False))
         wait_on_process(posted("nodeUnassigned"), "a nodeUnassigned Event", proc, log)
+        wait_on_process(service_status([]), "the ServiceBGPStatus deleted", proc, log)
         sim.store.apply(endpoint_slice("web", "node1", ready=True))
         wait_on_process(
             lambda: any(r.method == "PATCH" and "/events/" in r.path for r in sim.request_log),
@@ -480,7 +518,7 @@ def test_speaker_rbac_is_exactly_what_it_uses(sim: ApiSimulatorThread, tmp_path:
         assert set(secret_reads) == {f"/api/v1/namespaces/{CONFIG_NAMESPACE}/secrets/tor-md5"}
         # An invalid configuration object (a pool overlapping the one in force) gets a
         # Warning Event, in the configuration's namespace.
-        clash = kit.config_objects(CONFIG)[0]
+        clash = kit.config_objects(CONFIG)[0]  # the pool: the peer's port does not matter
         clash["metadata"]["name"] = "clash"
         sim.store.create(clash)
         wait_on_process(
@@ -521,7 +559,18 @@ def test_workloads_read_their_config_from_the_cluster() -> None:
 @pytest.mark.parametrize(
     ("account", "writes"),
     [
-        pytest.param("kube-bgpd-speaker", set(), id="speaker"),
+        pytest.param(
+            "kube-bgpd-speaker",
+            {
+                ("metallb.io", "servicebgpstatuses", "list"),
+                ("metallb.io", "servicebgpstatuses", "create"),
+                ("metallb.io", "servicebgpstatuses", "delete"),
+                ("metallb.io", "servicebgpstatuses/status", "patch"),
+                ("kube-bgpd.io", "bgpnodestatuses", "create"),
+                ("kube-bgpd.io", "bgpnodestatuses/status", "patch"),
+            },
+            id="speaker",
+        ),
         pytest.param(
             "kube-bgpd-controller",
             {("kube-bgpd.io", "speakerconfigs/status", "patch")},
@@ -530,11 +579,17 @@ def test_workloads_read_their_config_from_the_cluster() -> None:
     ],
 )
 def test_base_reads_every_crd(account: str, writes: set[tuple[str, str, str]]) -> None:
-    """The base grants list and watch on every resource deploy/kubernetes/crds defines,
-    in any namespace (`--config-from-cluster NAMESPACE` may name another), and nothing
-    else on those groups but `writes`."""
+    """The base grants list and watch on every configuration resource
+    deploy/kubernetes/crds defines, in any namespace (`--config-from-cluster NAMESPACE`
+    may name another), and nothing else on those groups but `writes` (the status kinds
+    the speaker writes, in its own namespace)."""
     docs = kit.rendered()
-    crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+    status_kinds = {d["metadata"]["name"] for d in status_crds()}
+    crds = [
+        d
+        for d in docs
+        if d["kind"] == "CustomResourceDefinition" and d["metadata"]["name"] not in status_kinds
+    ]
     assert crds
     rules = grants(docs, account)
     reads = {

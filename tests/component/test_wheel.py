@@ -34,23 +34,37 @@ def test_wheel_contains_only_the_product(tmp_path: Path) -> None:
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     scripts = configparser.ConfigParser()
     scripts.read_string(zipfile.ZipFile(wheel).read(entry_points).decode())
-    assert dict(scripts["console_scripts"]) == {"kube-bgpd": "bgpd.cli:main"}
+    assert dict(scripts["console_scripts"]) == {
+        "kube-bgpd": "bgpd.cli:main",
+        "kubectl-bgpd": "bgpd.cli:kubectl_main",
+    }
 
 
 def test_the_product_command_has_no_lab_or_simulator() -> None:
     from bgpd.cli import COMMANDS
 
     names = {name for name, _, _ in COMMANDS}
-    assert names == {"validate", "explain", "speaker", "controller", "status", "drain"}
-    out = subprocess.run(
-        [str(Path(sys.executable).with_name("kube-bgpd")), "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    ).stdout
-    assert "apiserver-sim" not in out
-    assert not re.search(r"^\s+lab\b", out, re.MULTILINE)
+    assert names == {
+        "validate",
+        "explain",
+        "speaker",
+        "controller",
+        "status",
+        "drain",
+        "inspect",
+        "peers",
+    }
+    for command, prog in (("kube-bgpd", "kube-bgpd"), ("kubectl-bgpd", "kubectl bgpd")):
+        out = subprocess.run(
+            [str(Path(sys.executable).with_name(command)), "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        assert out.startswith(f"usage: {prog} ")
+        assert "apiserver-sim" not in out
+        assert not re.search(r"^\s+lab\b", out, re.MULTILINE)
 
 
 def test_dockerfile_copies_only_the_product() -> None:
@@ -58,6 +72,8 @@ def test_dockerfile_copies_only_the_product() -> None:
     copied = re.findall(r"^COPY\s+(.+)$", dockerfile, re.MULTILINE)
     sources = sorted(src for line in copied for src in line.split()[:-1])
     assert sources == ["README.md", "bgpd", "k8s_watcher", "pyproject.toml"]
+    # The image checks that both commands of the wheel are on PATH.
+    assert re.search(r"^RUN kube-bgpd --version && kubectl-bgpd --version$", dockerfile, re.M)
     ignore = (ROOT / "deploy" / "docker" / "Dockerfile.dockerignore").read_text()
     # A whitelist: everything is ignored but what the image is built from.
     lines = [line.strip() for line in ignore.splitlines() if line.strip()[:1] not in ("", "#")]

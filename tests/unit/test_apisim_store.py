@@ -143,3 +143,53 @@ def test_unknown_kind_and_resource() -> None:
     assert err.value.code == 404
     with pytest.raises(ApiError):
         store.get("widgets", "a")
+
+
+def owned(name: str, *owners: dict[str, Any], finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "ownerReferences": list(owners)}
+    if finalizers:
+        meta["finalizers"] = list(finalizers)
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {}}
+
+
+def node_ref(store: Store, name: str) -> dict[str, Any]:
+    node = store.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    return {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node["metadata"]["uid"]}
+
+
+def test_garbage_collection_follows_owner_references() -> None:
+    """Deleting an owner deletes its dependents (the garbage collector's background
+    cascade, done at once); a dependent with another owner alive stays; a dependent
+    with a finalizer gets its deletionTimestamp."""
+    store = Store()
+    n1, n2 = node_ref(store, "n1"), node_ref(store, "n2")
+    store.create(owned("only-n1", n1))
+    store.create(owned("both", n1, n2))
+    store.create(owned("held", n1, finalizers=("example.com/keep",)))
+    store.create(owned("other", n2))
+    store.delete("nodes", "n1")
+    names = {o["metadata"]["name"] for o in store.list("configmaps", "default")}
+    assert names == {"both", "held", "other"}
+    held = store.get("configmaps", "held", "default")
+    assert held is not None
+    assert held["metadata"].get("deletionTimestamp")
+    store.delete("nodes", "n2")
+    names = {o["metadata"]["name"] for o in store.list("configmaps", "default")}
+    assert names == {"held"}
+
+
+def test_a_dependent_whose_owner_reference_was_removed_stays() -> None:
+    store = Store()
+    n1 = node_ref(store, "n1")
+    store.create(owned("cm", n1))
+    store.patch("configmaps", "cm", {"metadata": {"ownerReferences": None}}, namespace="default")
+    store.delete("nodes", "n1")
+    assert store.get("configmaps", "cm", "default") is not None
+
+
+def test_an_object_created_with_its_owners_gone_is_collected() -> None:
+    store = Store()
+    n1 = node_ref(store, "n1")
+    store.delete("nodes", "n1")
+    store.create(owned("late", n1))
+    assert store.get("configmaps", "late", "default") is None
