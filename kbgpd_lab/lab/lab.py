@@ -77,6 +77,7 @@ from kbgpd_lab.lab.routers import (
     ROUTER_ASN,
     FRRRouter,
     Router,
+    RouterBfd,
     RouterError,
     make_router,
 )
@@ -105,6 +106,8 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 #: `kubectl apply` of the configuration objects, validated as a user's kubectl does (the
 #: simulator serves /openapi and checks the shipped CRDs' schemas).
 KUBECTL_APPLY = ("-n", CONFIG_NAMESPACE)
+#: The BFDProfile the lab's BGPPeers name (Lab.up(bfd=..., speaker_bfd=True)).
+BFD_PROFILE = "lab"
 #: The Secret holding the BGPPeers' MD5 key (Lab.up(md5_password=...)).
 MD5_OBJECT_NAME = "tor-md5"
 
@@ -227,13 +230,15 @@ def speaker_config(
     password: tuple[str, str] | None = None,
     vrf: str | None = None,
     dynamic_asn: str | None = None,
+    bfd: RouterBfd | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router (in the
     VRF ``vrf``; with ``dynamic_asn``, its dynamicASN instead of peerASN);
     ``password`` (text, "secret" or "inline"): the peers' MD5 key, named in the Secret
     MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
-    ``max_nodes`` its fan-out cap (unset: every node announces); with
+    ``max_nodes`` its fan-out cap (unset: every node announces); ``bfd``: a
+    BFDProfile ``BFD_PROFILE`` with these timers that every BGPPeer names; with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
     stand-in (kbgpd_lab.lab.healthserver)."""
     advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
@@ -260,6 +265,9 @@ def speaker_config(
         peer_options["vrf"] = vrf
     if dynamic_asn is not None:
         peer_options.update(peerASN=None, dynamicASN=dynamic_asn)
+    if bfd is not None:
+        docs.append(bfd_profile(bfd))
+        peer_options["bfdProfile"] = BFD_PROFILE
     docs += [
         manifests.bgp_peer(
             f"tor-v{fam}",
@@ -274,6 +282,20 @@ def speaker_config(
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def bfd_profile(bfd: RouterBfd) -> dict[str, Any]:
+    """The BFDProfile (MetalLB's kind) with the router's timers (RouterConfig.bfd)."""
+    return manifests.config_object(
+        manifests.METALLB_V1BETA1,
+        "BFDProfile",
+        BFD_PROFILE,
+        {
+            "receiveInterval": bfd.receive_interval,
+            "transmitInterval": bfd.transmit_interval,
+            "detectMultiplier": bfd.detect_multiplier,
+        },
+    )
 
 
 def _password_fields(password: tuple[str, str] | None) -> dict[str, Any]:
@@ -419,6 +441,8 @@ class Lab:
         md5_password: str | None = None,
         vrf: str | None = None,
         dynamic_asn: str | None = None,
+        bfd: RouterBfd | None = None,
+        speaker_bfd: bool = False,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -446,6 +470,10 @@ class Lab:
         link to the router, is what a test can bind to).
         ``dynamic_asn`` sets the BGPPeers' dynamicASN instead of peerASN; ``"internal"``
         also gives the router the nodes' ASN (iBGP).
+        ``bfd`` gives the router BFD with every node at those timers; with
+        ``speaker_bfd`` the BGPPeers also name a BFDProfile of the same timers
+        (``bfdProfile``), so the speakers run BFD themselves. Without it the node side of
+        BFD is the caller's (e.g. :class:`kbgpd_lab.lab.nodebfd.NodeBfdd`).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -476,6 +504,10 @@ class Lab:
                 bestpath_bandwidth=bestpath_bandwidth,
                 md5_password=md5_password,
                 asn=router_asn,
+                bfd=bfd,
+                # A node back from a BFD down peers again within seconds (BIRD waits
+                # 60 s by default after a session went down with an error).
+                error_wait_time=(1, 2) if bfd is not None and router == "bird" else None,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -507,6 +539,7 @@ class Lab:
                     else (md5_password, "secret" if cluster == "api" else "inline"),
                     vrf=vrf,
                     dynamic_asn=dynamic_asn,
+                    bfd=bfd if speaker_bfd else None,
                 )
             )
             if cluster == "api":
