@@ -9,8 +9,13 @@ vanishes at the device (an output-hook drop would instead fail the sender's ``se
 with EPERM, which a process can notice), and nothing arriving gets past the device.
 Loopback traffic (the speaker's status port, unix sockets) is untouched.
 
-Public interface: ``blackhole(ns)``, ``restore(ns)``, ``blackholed(ns)`` (context
-manager), ``is_blackholed(ns)``, ``ruleset(links)``, ``TABLE``.
+``match`` narrows the drop to the packets an nftables expression matches: ``BFD`` (BFD
+control packets, UDP 3784, both directions), ``BFD4`` and ``BFD6`` (one family's), so
+a test can fail one BFD session and leave BGP and the other sessions alone.
+
+Public interface: ``blackhole(ns, match=None)``, ``restore(ns)``, ``blackholed(ns,
+match=None)`` (context manager), ``is_blackholed(ns)``, ``ruleset(links, match=None)``,
+``TABLE``, ``BFD``, ``BFD4``, ``BFD6``.
 
 What it must not do: run ``nft`` outside a lab namespace (it is only ever run through
 ``ip netns exec`` of a namespace the lab created), or touch another nftables table (the
@@ -27,18 +32,24 @@ from kbgpd_lab.lab.netns import Netns
 
 #: The nftables table (family netdev) holding the drop chains.
 TABLE = "kube_bgpd_lab_blackhole"
+#: BFD control packets (RFC 5881: to UDP port 3784 both ways), of either family or one.
+BFD = "udp dport 3784"
+BFD4 = f"meta protocol ip {BFD}"
+BFD6 = f"meta protocol ip6 {BFD}"
 
 
-def ruleset(links: Sequence[str]) -> str:
-    """The table dropping everything in and out of ``links``: one ingress and one egress
-    chain per link (netdev chains are per device), policy drop, at a priority before any
-    other netdev chain."""
+def ruleset(links: Sequence[str], match: str | None = None) -> str:
+    """The table dropping everything in and out of ``links`` (or only what ``match``
+    matches): one ingress and one egress chain per link (netdev chains are per device),
+    at a priority before any other netdev chain."""
+    policy = "drop" if match is None else "accept"
     lines = [f"table netdev {TABLE} {{"]
     for n, link in enumerate(links):
         for hook in ("ingress", "egress"):
             lines += [
                 f"    chain {hook}{n} {{",
-                f'        type filter hook {hook} device "{link}" priority -500; policy drop;',
+                f'        type filter hook {hook} device "{link}" priority -500; policy {policy};',
+                *([] if match is None else [f"        {match} drop"]),
                 "    }",
             ]
     return "\n".join([*lines, "}", ""])
@@ -54,10 +65,11 @@ def is_blackholed(ns: Netns) -> bool:
     return ns.run(["nft", "list", "table", "netdev", TABLE], check=False).returncode == 0
 
 
-def blackhole(ns: Netns) -> None:
-    """Drop every packet of ``ns`` (not loopback) from now on; idempotent."""
+def blackhole(ns: Netns, match: str | None = None) -> None:
+    """Drop every packet of ``ns`` (not loopback; only ``match``'s if given) from now on;
+    nothing changes if ``ns`` is blackholed already."""
     if not is_blackholed(ns):
-        ns.run(["nft", "-f", "-"], input=ruleset(_links(ns)))
+        ns.run(["nft", "-f", "-"], input=ruleset(_links(ns), match))
 
 
 def restore(ns: Netns) -> None:
@@ -67,13 +79,23 @@ def restore(ns: Netns) -> None:
 
 
 @contextmanager
-def blackholed(ns: Netns) -> Iterator[Netns]:
+def blackholed(ns: Netns, match: str | None = None) -> Iterator[Netns]:
     """``with blackholed(node):`` the node is cut off inside the block, restored after."""
-    blackhole(ns)
+    blackhole(ns, match)
     try:
         yield ns
     finally:
         restore(ns)
 
 
-__all__ = ["TABLE", "blackhole", "blackholed", "is_blackholed", "restore", "ruleset"]
+__all__ = [
+    "BFD",
+    "BFD4",
+    "BFD6",
+    "TABLE",
+    "blackhole",
+    "blackholed",
+    "is_blackholed",
+    "restore",
+    "ruleset",
+]

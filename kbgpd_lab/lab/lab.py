@@ -231,6 +231,7 @@ def speaker_config(
     vrf: str | None = None,
     dynamic_asn: str | None = None,
     bfd: RouterBfd | None = None,
+    bfd_watchdog: float | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router (in the
     VRF ``vrf``; with ``dynamic_asn``, its dynamicASN instead of peerASN);
@@ -238,7 +239,8 @@ def speaker_config(
     MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
     ``max_nodes`` its fan-out cap (unset: every node announces); ``bfd``: a
-    BFDProfile ``BFD_PROFILE`` with these timers that every BGPPeer names; with
+    BFDProfile ``BFD_PROFILE`` with these timers that every BGPPeer names, and
+    ``bfd_watchdog`` SpeakerConfig bfdWatchdog; with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
     stand-in (kbgpd_lab.lab.healthserver)."""
     advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
@@ -253,6 +255,8 @@ def speaker_config(
     }
     if data_plane_check:
         spec["dataPlaneCheck"] = DATA_PLANE_CHECK
+    if bfd_watchdog is not None:
+        spec["bfdWatchdog"] = f"{bfd_watchdog}s"
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
@@ -443,6 +447,8 @@ class Lab:
         dynamic_asn: str | None = None,
         bfd: RouterBfd | None = None,
         speaker_bfd: bool = False,
+        error_wait_time: tuple[int, int] | None = None,
+        bfd_watchdog: float | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -474,6 +480,10 @@ class Lab:
         ``speaker_bfd`` the BGPPeers also name a BFDProfile of the same timers
         (``bfdProfile``), so the speakers run BFD themselves. Without it the node side of
         BFD is the caller's (e.g. :class:`kbgpd_lab.lab.nodebfd.NodeBfdd`).
+        ``error_wait_time``: BIRD's wait before a session that went down with an error
+        (BFD down, hold timer expired) may come back (RouterConfig.error_wait_time;
+        BIRD's default is 60 s at first), for tests that bring a node back.
+        ``bfd_watchdog``: the speakers' SpeakerConfig bfdWatchdog (seconds).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -505,9 +515,7 @@ class Lab:
                 md5_password=md5_password,
                 asn=router_asn,
                 bfd=bfd,
-                # A node back from a BFD down peers again within seconds (BIRD waits
-                # 60 s by default after a session went down with an error).
-                error_wait_time=(1, 2) if bfd is not None and router == "bird" else None,
+                error_wait_time=error_wait_time,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -540,6 +548,7 @@ class Lab:
                     vrf=vrf,
                     dynamic_asn=dynamic_asn,
                     bfd=bfd if speaker_bfd else None,
+                    bfd_watchdog=bfd_watchdog,
                 )
             )
             if cluster == "api":

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from kbgpd_lab.lab.blackhole import blackhole, blackholed, is_blackholed, restore, ruleset
+from kbgpd_lab.lab.blackhole import BFD6, blackhole, blackholed, is_blackholed, restore, ruleset
 from kbgpd_lab.lab.nodebfd import NodeBfdd
 from kbgpd_lab.lab.routers import Router, RouterBfd
 from kbgpd_lab.lab.topology import Topology
@@ -54,6 +54,9 @@ def test_the_ruleset_drops_both_ways_on_every_link() -> None:
     for link in ("eth0", "eth1"):
         for hook in ("ingress", "egress"):
             assert f'type filter hook {hook} device "{link}" priority -500; policy drop;' in text
+    only_bfd6 = ruleset(["eth0"], BFD6)
+    assert "policy accept;" in only_bfd6
+    assert only_bfd6.count("meta protocol ip6 udp dport 3784 drop") == 2
 
 
 @pytest.mark.parametrize("kind", KERNEL_ROUTERS)
