@@ -38,7 +38,7 @@ from kbgpd_lab.kit.measure import pct
 from kbgpd_lab.lab.failover import Failover, blackhole_and_time, restore_and_wait
 from kbgpd_lab.lab.lab import Lab, LabService
 from kbgpd_lab.lab.nodebfd import NodeBfdd
-from kbgpd_lab.lab.routers import RouterBfd
+from kbgpd_lab.lab.routers import RouterBfd, RouterError
 
 IP = "10.99.100.1"
 WEB = LabService("web", (IP,), pod_nodes=(1, 2))
@@ -62,6 +62,9 @@ def run(router: str, mode: str, args: argparse.Namespace) -> list[Failover]:
                 bfd=bfd,
                 # BIRD would wait 60 s before node1 may peer again after each trial.
                 error_wait_time=(1, 2),
+                # Each trial ends a session or two: after 5 in 60 s the speaker holds
+                # its peer down (it only listens) and the router must connect to it.
+                connect_retry=1,
                 speaker_bfd=bfd is not None and args.node_bfd == "speaker",
                 state_dir=top / "state",
                 directory=top / "lab",
@@ -84,7 +87,15 @@ def run(router: str, mode: str, args: argparse.Namespace) -> list[Failover]:
                 f"router: BGP {result.session}, BFD {result.bfd or '-'}",
                 flush=True,
             )
-            restore_and_wait(lab, 1, IP, both, timeout=120)
+            try:
+                restore_and_wait(lab, 1, IP, both, timeout=120)
+            except RouterError:
+                print(
+                    f"node1 did not come back: router BGP {lab.router.neighbors()}, BFD "
+                    f"{lab.router.bfd_sessions()}\n{lab.router.log_tail(15)}\n"
+                    f"{(lab.dir / 'node1' / 'speaker.log').read_text()[-3000:]}"
+                )
+                raise
     return out
 
 

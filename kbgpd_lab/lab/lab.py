@@ -449,6 +449,7 @@ class Lab:
         speaker_bfd: bool = False,
         error_wait_time: tuple[int, int] | None = None,
         bfd_watchdog: float | None = None,
+        connect_retry: int | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -484,6 +485,9 @@ class Lab:
         (BFD down, hold timer expired) may come back (RouterConfig.error_wait_time;
         BIRD's default is 60 s at first), for tests that bring a node back.
         ``bfd_watchdog``: the speakers' SpeakerConfig bfdWatchdog (seconds).
+        ``connect_retry``: the router's seconds between connection attempts to a node
+        (RouterConfig.connect_retry), for tests whose nodes go down often enough for a
+        speaker to hold its peer down (it then waits for the router to connect).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -516,6 +520,7 @@ class Lab:
                 asn=router_asn,
                 bfd=bfd,
                 error_wait_time=error_wait_time,
+                connect_retry=connect_retry,
             )
             rec = _Recorded(
                 prefix=topo.prefix,

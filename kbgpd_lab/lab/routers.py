@@ -161,6 +161,10 @@ class RouterConfig:
     #: error (BFD down, hold timer expired) waits before BIRD accepts or opens it again
     #: (BIRD's default 60, 300 s); None keeps the default. FRR has no such delay.
     error_wait_time: tuple[int, int] | None = None
+    #: Seconds between the router's attempts to connect to a static neighbour (FRR's
+    #: ``timers connect``, BIRD's ``connect retry time``; both 120 s by default); None
+    #: keeps the default. A speaker holding a flapping peer down only listens.
+    connect_retry: int | None = None
 
     def __post_init__(self) -> None:
         # The password is written into FRR's (one word) and BIRD's ("quoted") config text.
@@ -539,6 +543,8 @@ class FRRRouter(Router):
             groups[fam] = g
             lines += [f" neighbor {g} peer-group", f" neighbor {g} remote-as {remote}"]
             lines.append(f" neighbor {g} timers {c.keepalive_time} {c.hold_time}")
+            if c.connect_retry is not None:
+                lines.append(f" neighbor {g} timers connect {c.connect_retry}")
             if c.md5_password is not None:
                 lines.append(f" neighbor {g} password {c.md5_password}")
             if c.ebgp_multihop is not None:
@@ -808,6 +814,8 @@ class BirdRouter(Router):
                 common.append("  bfd graceful;" if c.bfd.graceful else "  bfd on;")
             if c.error_wait_time is not None:
                 common.append("  error wait time {}, {};".format(*c.error_wait_time))
+            if c.connect_retry is not None:
+                common.append(f"  connect retry time {c.connect_retry};")
             # Next hops on the LAN are used as they are; a multihop session resolves them
             # through the connected routes (protocol direct) instead.
             gateway = "recursive" if c.ebgp_multihop is not None else "direct"

@@ -383,6 +383,7 @@ CONFIG_CASES = [
         {
             "bfd": RouterBfd(100, 200, 5, graceful=True, check_control_plane=True),
             "error_wait_time": (1, 2),
+            "connect_retry": 1,
         },
         id="bfd-graceful",
     ),
