@@ -542,6 +542,64 @@ class MQTTCollector(Collector):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class BfdSession:
+    """One BFD session as the metrics show it (the composition root adapts bgpd.bfd's
+    BfdPeerState: this module does not import the adapter)."""
+
+    peer: str
+    #: bgpd.bfd.state.BfdState's value.
+    state: str
+    flaps: int
+    detect_ms: int | None
+
+
+class BfdCollector(Collector):
+    """The BFD session of each BFD-enabled peer, read at scrape time; no series while no
+    peer has a bfdProfile. ``states``: every value a session's state can take, so
+    ``bfd_session_state`` has one series per state (1 for the current one)."""
+
+    def __init__(self, sessions: Callable[[], Iterable[BfdSession]], states: Iterable[str]) -> None:
+        self._sessions = sessions
+        self._states = tuple(states)
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        up, state, flaps, detect = fams = self._families()
+        for s in self._sessions():
+            up.add_metric([s.peer], 1 if s.state == "up" else 0)
+            for value in self._states:
+                state.add_metric([s.peer, value], 1 if value == s.state else 0)
+            flaps.add_metric([s.peer], s.flaps)
+            if s.detect_ms is not None:
+                detect.add_metric([s.peer], s.detect_ms / 1000.0)
+        yield from fams
+
+    @staticmethod
+    def _families() -> tuple[_Family, ...]:
+        return (
+            _gauge("bfd_session_up", "1 while the peer's BFD session is Up.", ["peer"]),
+            _gauge(
+                "bfd_session_state",
+                "The peer's BFD session state (admin-down, down, init, up, unknown): 1 for "
+                "the current one.",
+                ["peer", "state"],
+            ),
+            _counter(
+                "bfd_session_flaps",
+                "Times the peer's BFD session left Up since the speaker started.",
+                ["peer"],
+            ),
+            _gauge(
+                "bfd_detect_time_seconds",
+                "The negotiated BFD detection time (only while Up).",
+                ["peer"],
+            ),
+        )
+
+
 # --------------------------------------------------------------------------- event metrics
 
 
@@ -585,12 +643,15 @@ class SpeakerMetrics:
         node: NodeName,
         mqtt: MQTTView | None = None,
         watch: WatchMetrics | None = None,
+        bfd: BfdCollector | None = None,
     ) -> None:
         self.registry = registry
         self.watch = watch if watch is not None else WatchMetrics(registry)
         registry.register(SpeakerCollector(view, node=node))
         if mqtt is not None:
             registry.register(MQTTCollector(mqtt))
+        if bfd is not None:
+            registry.register(bfd)
         self._reconcile = Histogram(
             _name("reconcile_duration_seconds"),
             "Time to rebuild the snapshot, decide and hand the routes to the driver.",

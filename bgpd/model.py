@@ -711,4 +711,16 @@ class PeerEvent:
     at: float
 
 
-SpeakerEvent = RouteEvent | PeerEvent
+@dataclass(frozen=True, slots=True)
+class BfdEvent:
+    """A BFD session state change (``state``: bgpd.bfd.state.BfdState's value, as the
+    metrics and /status say it)."""
+
+    node: NodeName
+    peer: PeerName
+    state: str
+    diagnostic: str
+    at: float
+
+
+SpeakerEvent = RouteEvent | PeerEvent | BfdEvent

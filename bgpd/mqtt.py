@@ -10,6 +10,8 @@ Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.m
   the retained message with an empty payload (MQTT 3.1.1 3.3.1.3), so the retained set is
   exactly what the node announces now instead of every prefix it ever announced.
 * ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
+* ``<topic_prefix>/<node>/bfd/<peer>``: the peer's BFD session state, retained (only
+  for peers with a bfdProfile).
 * ``<topic_prefix>/<node>/status``: ``online`` (retained) once connected; the broker
   publishes ``offline`` (our Last Will) if the connection dies.
 * ``<topic_prefix>/<node>/sync``: a non-retained probe the publisher sends to itself on
@@ -50,6 +52,7 @@ import aiomqtt
 from bgpd.bandwidth import bytes_per_second
 from bgpd.logs import log
 from bgpd.model import (
+    BfdEvent,
     IPNetwork,
     MQTTConfig,
     NodeName,
@@ -95,6 +98,10 @@ def peer_topic(topic_prefix: str, node: str, peer: PeerName) -> str:
     return f"{topic_prefix}/{_level(node)}/peers/{_level(peer)}"
 
 
+def bfd_topic(topic_prefix: str, node: str, peer: PeerName) -> str:
+    return f"{topic_prefix}/{_level(node)}/bfd/{_level(peer)}"
+
+
 def status_topic(topic_prefix: str, node: str) -> str:
     return f"{topic_prefix}/{_level(node)}/status"
 
@@ -111,6 +118,14 @@ def event_payload(event: SpeakerEvent) -> dict[str, object]:
             "peer": event.peer,
             "state": event.state.value,
             "reason": event.reason,
+            "at": event.at,
+        }
+    if isinstance(event, BfdEvent):
+        return {
+            "node": event.node,
+            "peer": event.peer,
+            "state": event.state,
+            "diagnostic": event.diagnostic,
             "at": event.at,
         }
     doc: dict[str, object] = {
@@ -138,6 +153,8 @@ def messages(topic_prefix: str, event: SpeakerEvent) -> tuple[Message, ...]:
     payload = _json(event_payload(event))
     if isinstance(event, PeerEvent):
         return (Message(peer_topic(topic_prefix, event.node, event.peer), payload, True),)
+    if isinstance(event, BfdEvent):
+        return (Message(bfd_topic(topic_prefix, event.node, event.peer), payload, True),)
     topic = route_topic(topic_prefix, event.node, event.prefix)
     if event.change is RouteChange.ANNOUNCED:
         return (Message(topic, payload, True),)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
@@ -200,7 +201,7 @@ def _from_speaker(
     """The live answer: the speaker's last applied decision, from GET /status (key
     "explain", the JSON contract), rendered by the same functions as the offline one."""
     from bgpd.cli import control
-    from bgpd.cli.status import fetch
+    from bgpd.cli.status import bfd_table, fetch
     from bgpd.explain import decision_from_json, explain_json, explain_table
 
     prog = "kube-bgpd explain"
@@ -228,4 +229,8 @@ def _from_speaker(
         out.write(json.dumps(value, indent=2) + "\n")
     else:
         out.write(explain_table([decision], service))
+        # A route reaches a BFD-enabled peer only over a confirmed path: show the sessions.
+        bfd = bfd_table(doc, time.time())
+        if bfd is not None:
+            out.write(f"\n{bfd}\n")
     return EXIT_OK

@@ -85,7 +85,31 @@ def render(doc: Mapping[str, Any], now: float) -> str:
             for r in doc.get("routes", [])
         ],
     )
-    return f"{head}\n\n{peers}\n\n{routes}\n"
+    bfd = bfd_table(doc, now)
+    return f"{head}\n\n{peers}\n\n{routes}\n" + ("" if bfd is None else f"\n{bfd}\n")
+
+
+def bfd_table(doc: Mapping[str, Any], now: float) -> str | None:
+    """The BFD sessions of a /status document (None: no peer has a bfdProfile)."""
+    bfd = doc.get("bfd")
+    if not bfd:
+        return None
+    return table(
+        ("BFD PEER", "ADDRESS", "LOCAL", "STATE", "SINCE", "FLAPS", "DETECT-MS", "DIAGNOSTIC"),
+        [
+            (
+                p["name"],
+                p["address"],
+                p["local_address"],
+                p["state"],
+                _ago(p.get("since"), now),
+                p["flaps"],
+                p.get("detect_ms"),
+                p.get("diagnostic") or "",
+            )
+            for p in bfd.get("peers", [])
+        ],
+    )
 
 
 def run(args: argparse.Namespace, *, out: TextIO | None = None) -> int:

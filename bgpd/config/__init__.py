@@ -8,7 +8,7 @@ So the loader
 * reads every document, collects *every* problem with its place (file, document, kind,
   metadata.name, field path) instead of stopping at the first one;
 * rejects unknown kinds and unknown fields, and says "not supported" for MetalLB fields
-  kube-bgpd parses but cannot honour (ExaBGP has no BFD, no configurable connect retry, ...)
+  kube-bgpd parses but cannot honour (BFD echo mode, no configurable connect retry, ...)
   rather than silently ignoring them;
 * rejects any text that can reach an ExaBGP command line or config file if it holds a
   newline or a control character (one newline would turn one command into two);

@@ -1,4 +1,6 @@
-"""BFDProfile: parsed with MetalLB's ranges, though no BFD session runs."""
+"""BFDProfile: MetalLB's fields and ranges; the values of the BFD sessions (bfdd) of the
+BGPPeers that name the profile. echoMode is refused: bfdd runs standalone (no zebra), and
+its echo function needs zebra (see docs/configuration.md, BFD)."""
 
 from __future__ import annotations
 
@@ -20,14 +22,19 @@ BFD_PROFILE: Final = KindTable(
     kind="BFDProfile",
     api_version=METALLB_V1BETA1,
     definition="BFDProfile",
-    description="MetalLB BFDProfile: parsed, but no BFD runs (ExaBGP has no BFD).",
+    description="MetalLB BFDProfile: the values of the BFD sessions of the BGPPeers naming it.",
     # MetalLB's bfdProfileFromCR ranges (milliseconds; TTL hops).
     spec=(
         _int32("receiveInterval", 10, 60000, 300),
         _int32("transmitInterval", 10, 60000, 300),
         _int32("detectMultiplier", 2, 255, 3),
         _int32("echoInterval", 10, 60000, 50),
-        Field("echoMode", type="boolean", default=False),
+        Field(
+            "echoMode",
+            type="boolean",
+            default=False,
+            description="Refused when true: bfdd runs without zebra, which echo needs.",
+        ),
         Field("passiveMode", type="boolean", default=False),
         _int32("minimumTtl", 1, 254, 254),
     ),
@@ -58,6 +65,8 @@ def parse_bfd_profile(doc: Doc, spec: object, name: str) -> BFDProfile | None:
             ints[key] = got or spec_field.default
         else:
             bools[key] = value is not None and read_bool(doc, f"spec.{key}", value) is True
+    if bools["echoMode"]:
+        doc.error("spec.echoMode", "not supported: bfdd runs without zebra, which echo needs")
     if doc.errors != before:
         return None
     return BFDProfile(

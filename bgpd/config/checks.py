@@ -61,15 +61,12 @@ def cross_check(out: Parsed, issues: Issues) -> Config:
     _check_overlaps(out)
     _check_duplicate_peers(out)
 
-    # BFD profiles: a peer that names one already got "not supported"; also say when the
-    # profile does not exist. Profiles themselves are kept (they may be used once a BFD
-    # daemon is wired in) but warned about, so nobody thinks they are active.
+    # A peer's bfdProfile must name a BFDProfile (its BFD session takes the values).
     bfd_names = out.names.get("BFDProfile", {})
     for profile, doc in out.bfd_references:
         if profile not in bfd_names:
-            doc.error("spec.bfdProfile", f"no BFDProfile named {profile!r}")
-    for _profile, doc in out.bfd_profiles:
-        doc.warn("", "parsed, but no BFD session runs (ExaBGP has no BFD)")
+            known = ", ".join(sorted(bfd_names)) or "none"
+            doc.error("spec.bfdProfile", f"no BFDProfile named {profile!r} (BFDProfiles: {known})")
 
     aliases: dict[str, str] = {}
     alias_docs: dict[str, Doc] = {}

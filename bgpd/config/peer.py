@@ -93,7 +93,11 @@ _PEER_FIELDS: Final = (
     ),
     Field("ebgpMultiHop", type="boolean", default=False),
     Field("nodeSelectors", ref="labelSelectors"),
-    Field("bfdProfile", type="string", description="Refused by the loader: ExaBGP has no BFD."),
+    Field(
+        "bfdProfile",
+        type="string",
+        description="The BFDProfile of this peer's BFD session (run by bfdd beside ExaBGP).",
+    ),
 )
 #: Fields metallb.io/v1beta2 added to BGPPeer.
 _PEER_V1BETA2_ONLY: Final = (
@@ -359,15 +363,13 @@ def parse_peer(doc: Doc, spec: object, name: str, version: str, out: Parsed) -> 
         bfd = read_text(doc, "spec.bfdProfile", f["bfdProfile"])
         if bfd is not None:
             out.bfd_references.append((bfd, doc))
-            doc.error(
-                "spec.bfdProfile",
-                "not supported: ExaBGP has no BFD (remove bfdProfile; see "
-                "docs/configuration.md for running a separate BFD daemon)",
-            )
 
     vrf = None
     if "vrf" in f and f["vrf"] not in (None, ""):
         vrf = _vrf(doc, f["vrf"])
+    if bfd is not None and vrf is not None:
+        # bfdd runs without zebra, which is where it would learn the VRF's devices.
+        doc.error("spec.bfdProfile", "not supported together with vrf (bfdd runs without zebra)")
 
     if doc.errors != before or my_asn is None or peer_asn is None or peer_address is None:
         return None

@@ -28,12 +28,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from bgpd.exabgp.driver import ExaBGPDriver
+from bgpd.exabgp.errors import CrashLoopError
 from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, UNMODIFIED_MARK, queued_steps
 from bgpd.exabgp.reload import ConfigAction, Reconfiguration, reconfiguration
 from bgpd.exabgp.render import Rendering, render_env
-from bgpd.exabgp.supervisor import Supervisor
 from bgpd.exabgp.workdir import write_private
 from bgpd.model import IPAddress, NodeName
+from bgpd.supervision import Supervisor
 
 CONFIG_NAME = "exabgp.conf"
 SOCKET_NAME = "exabgp-api.sock"
@@ -133,6 +134,8 @@ class ExaBGPRuntime:
         self._launched = self._reloads
         self.supervisor = Supervisor(
             argv=[*argv, "server", str(self.config_path)],
+            name="exabgp",
+            crash_error=CrashLoopError,
             env=self._env,
             cwd=work_dir,
             prefix=prefix,

@@ -62,6 +62,10 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
+from bgpd.bfd.readback import status_rows
+from bgpd.bfd.render import BfdPeerConfig, bfd_peers
+from bgpd.bfd.runtime import BfdError, BfdRuntime
+from bgpd.bfd.state import BfdPeerState, BfdState
 from bgpd.config.reload import reload_config
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
@@ -72,6 +76,8 @@ from bgpd.exabgp.runtime import ExaBGPRuntime, helper_argv
 from bgpd.explain import decision_json
 from bgpd.logs import log
 from bgpd.metrics import (
+    BfdCollector,
+    BfdSession,
     ConvergencePhase,
     SpeakerMetrics,
     SpeakerProbes,
@@ -80,6 +86,7 @@ from bgpd.metrics import (
 )
 from bgpd.model import (
     DATA_PLANE_UNCHECKED,
+    BfdEvent,
     ClusterSnapshot,
     Config,
     DataPlaneCheck,
@@ -280,7 +287,12 @@ class Speaker:
         self.mqtt = MQTTPublisher(sc.mqtt, node=node) if sc.mqtt is not None else None
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = SpeakerMetrics(
-            self.registry, self._probes(), node=node, mqtt=self.mqtt, watch=watch
+            self.registry,
+            self._probes(),
+            node=node,
+            mqtt=self.mqtt,
+            watch=watch,
+            bfd=BfdCollector(self._bfd_sessions, (s.value for s in BfdState)),
         )
         self.status_server.add_routes(metrics_routes(self.registry))
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
@@ -312,6 +324,19 @@ class Speaker:
         #: Whether the data-plane task runs (SpeakerConfig dataPlaneCheck at start).
         self._data_plane_checked = sc.data_plane_check is not None
         self._drain_step(drain.initial(sc.drain_window, data_plane_check=self._data_plane_checked))
+        #: BFD (bgpd.bfd): bfdd runs from the first rendering with a BFD-enabled peer on
+        #: (none: no bfdd), fed the sessions of each rendering (_install); its states
+        #: arrive in on_bfd_states.
+        self.bfd = BfdRuntime(
+            work_dir=work_dir,
+            on_states=self.on_bfd_states,
+            on_started=self._on_bfd_started,
+            prefix=exabgp_prefix,
+        )
+        self._bfd_peers: tuple[BfdPeerConfig, ...] = ()
+        self._bfd_changed = asyncio.Event()
+        #: The BFD-enabled peers' states as last read back from bfdd (metrics, status).
+        self.bfd_states: Mapping[PeerName, BfdPeerState] = {}
 
     # ------------------------------------------------------------------ passes
 
@@ -454,6 +479,7 @@ class Speaker:
         if self._write_failures:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._held_rendered = self.driver.core.held_down(time.time())
+        self._set_bfd_peers(rendering)
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
@@ -472,6 +498,63 @@ class Speaker:
                 kept=",".join(sorted(verdict.kept)),
             )
         self.rendered.set()
+
+    def _set_bfd_peers(self, rendering: Rendering) -> None:
+        """The BFD sessions of a rendering's peers (their local addresses resolved)."""
+        peers = bfd_peers(
+            ((n.peer, n.local_address) for n in rendering.neighbors), self.config.bfd_profiles
+        )
+        if peers != self._bfd_peers:
+            self._bfd_peers = peers
+            self._bfd_changed.set()
+
+    def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:
+        """bfdd's sessions read back (each time one changed): kept for metrics and
+        status; a changed state is logged and published (MQTT)."""
+        before, self.bfd_states = self.bfd_states, states
+        for name, s in sorted(states.items()):
+            was = before.get(name)
+            if was is not None and was.state is s.state:
+                continue
+            log(
+                _logger,
+                logging.INFO,
+                "bfd.state",
+                peer=name,
+                state=s.state.value,
+                diagnostic=s.diagnostic,
+                flaps=s.flaps,
+            )
+            if self.mqtt is not None:
+                self.mqtt.publish(
+                    BfdEvent(
+                        node=self.node,
+                        peer=name,
+                        state=s.state.value,
+                        diagnostic=s.diagnostic,
+                        at=time.time(),
+                    )
+                )
+
+    def _bfd_status(self) -> dict[str, Any] | None:
+        sup = self.bfd.supervisor
+        if not self._bfd_peers and sup.pid is None:
+            return None
+        return {
+            "pid": sup.pid,
+            "restarts": sup.restarts,
+            "peers": status_rows(self._bfd_peers, self.bfd_states),
+        }
+
+    def _bfd_sessions(self) -> list[BfdSession]:
+        """The BFD-enabled peers' sessions for the metrics (bgpd.metrics.BfdCollector)."""
+        return [
+            BfdSession(peer=p, state=s.state.value, flaps=s.flaps, detect_ms=s.detect_ms)
+            for p, s in sorted(self.bfd_states.items())
+        ]
+
+    def _on_bfd_started(self, pid: int) -> None:
+        log(_logger, logging.INFO, "bfd.started", pid=pid, peers=len(self._bfd_peers))
 
     def _after_apply(self, result: PassResult) -> None:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
@@ -819,6 +902,8 @@ class Speaker:
             },
             "peers": peers,
             "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
+            # None while no peer has a bfdProfile and no bfdd runs.
+            "bfd": self._bfd_status(),
         }
 
     # ------------------------------------------------------------------ run
@@ -830,6 +915,25 @@ class Speaker:
         except* OSError as group:  # the binary is missing or not executable
             first = _leaves(group)[0]
             raise TaskFailed("exabgp", first) from first
+
+    async def _run_bfd(self) -> None:
+        """bfdd once a rendering has a BFD-enabled peer (until then, none runs); each
+        later rendering's sessions are applied in place. bfdd that cannot run here ends
+        the process like an ExaBGP that cannot start (speaker.task_failed)."""
+        while not self._bfd_peers:
+            self._bfd_changed.clear()
+            await self._bfd_changed.wait()
+        await self.bfd.configure(self._bfd_peers)
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tg.create_task(self.bfd.run(), name="bfdd")
+                while True:
+                    self._bfd_changed.clear()
+                    await self.bfd.configure(self._bfd_peers)
+                    await self._bfd_changed.wait()
+        except* BfdError as group:
+            first = _leaves(group)[0]
+            raise TaskFailed("bfd", first) from first
 
     async def _lifecycle(self) -> None:
         await self.stop_requested.wait()
@@ -907,6 +1011,7 @@ class Speaker:
                 tg.create_task(self.source.run(), name="source")
                 tg.create_task(self._reconcile(), name="reconciler")
                 tg.create_task(self._run_exabgp(), name="exabgp")
+                tg.create_task(self._run_bfd(), name="bfd")
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
@@ -942,5 +1047,7 @@ class Speaker:
                 loop.remove_signal_handler(sig)
             with contextlib.suppress(Exception):
                 await self.runtime.supervisor.stop()
+            with contextlib.suppress(Exception):
+                await self.bfd.stop()
             await self.status_server.stop()
         return code

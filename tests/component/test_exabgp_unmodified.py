@@ -38,7 +38,7 @@ def launcher_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     lines = [
         str(getattr(r, "kube_bgpd_context", {}).get("line", ""))
         for r in caplog.records
-        if r.name == "bgpd.exabgp.supervisor" and r.levelno == logging.WARNING
+        if r.name == "bgpd.supervision" and r.levelno == logging.WARNING
     ]
     return [line for line in lines if "kube-bgpd launcher warning" in line]
 
@@ -54,7 +54,7 @@ async def test_unmodified_exabgp_announces_and_withdraws(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG, logger="bgpd.exabgp.supervisor")
+    caplog.set_level(logging.DEBUG, logger="bgpd.supervision")
     # The supervisor starts ExaBGP with this process's environment (plus its own).
     monkeypatch.setenv(launch.UNMODIFIED_ENV, "1")
     router = make_router(kind)

@@ -23,6 +23,8 @@ import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 
 from bgpd.metrics import (
+    BfdCollector,
+    BfdSession,
     ControllerMetrics,
     ConvergencePhase,
     SpeakerMetrics,
@@ -120,9 +122,16 @@ def _speaker_state() -> StaticSpeakerView:
     )
 
 
+def _bfd() -> BfdCollector:
+    """One BFD-enabled peer, Up, after one flap."""
+    return BfdCollector(
+        lambda: [BfdSession(peer="router-1", state="up", flaps=1, detect_ms=900)], ("up", "down")
+    )
+
+
 def test_speaker_exposition_passes_promtool_check_metrics() -> None:
     reg = CollectorRegistry()
-    m = SpeakerMetrics(reg, _speaker_state(), node=NodeName("node-a"), mqtt=Publisher())
+    m = SpeakerMetrics(reg, _speaker_state(), node=NodeName("node-a"), mqtt=Publisher(), bfd=_bfd())
     m.observe_reconcile(0.012)
     for phase, seconds in zip(ConvergencePhase, (0.004, 0.002, 0.006), strict=True):
         m.observe_convergence(phase, seconds)
@@ -132,6 +141,7 @@ def test_speaker_exposition_passes_promtool_check_metrics() -> None:
     # The state we fed is in the exposition, not just well-formed text.
     assert b'kube_bgpd_bgp_session_up{peer="router-2"} 0.0' in text
     assert b'prefix="fd00:99::1/128"' in text
+    assert b'kube_bgpd_bfd_session_flaps_total{peer="router-1"} 1.0' in text
     _promtool("check", "metrics", stdin=text)
 
 
@@ -196,7 +206,9 @@ def _query(port: int, expr: str) -> dict[str, Any]:
 def prometheus(tmp_path: Path) -> Iterator[int]:
     """A real Prometheus scraping a speaker and a controller exposition on loopback."""
     speaker = CollectorRegistry()
-    m = SpeakerMetrics(speaker, _speaker_state(), node=NodeName("node-a"), mqtt=Publisher())
+    m = SpeakerMetrics(
+        speaker, _speaker_state(), node=NodeName("node-a"), mqtt=Publisher(), bfd=_bfd()
+    )
     m.observe_reconcile(0.01)
     for phase in ConvergencePhase:
         m.observe_convergence(phase, 0.004)

@@ -205,21 +205,27 @@ BAD: list[Any] = [
         id="graceful-restart-string",
     ),
     pytest.param(
-        [peer(bfdProfile="fast"), bfd("fast")],
+        [peer(bfdProfile="fast", vrf="red"), bfd("fast")],
         [
-            "BGPPeer tor-a: spec.bfdProfile: not supported: ExaBGP has no BFD (remove "
-            "bfdProfile; see docs/configuration.md for running a separate BFD daemon)"
+            "BGPPeer tor-a: spec.bfdProfile: not supported together with vrf (bfdd runs "
+            "without zebra)"
         ],
-        id="bfd-profile-reference",
+        id="bfd-profile-with-vrf",
+    ),
+    pytest.param(
+        [peer(bfdProfile="missing"), bfd("fast"), bfd("slow")],
+        ["BGPPeer tor-a: spec.bfdProfile: no BFDProfile named 'missing' (BFDProfiles: fast, slow)"],
+        id="bfd-profile-unknown",
     ),
     pytest.param(
         [peer(bfdProfile="missing")],
-        [
-            "BGPPeer tor-a: spec.bfdProfile: not supported: ExaBGP has no BFD (remove "
-            "bfdProfile; see docs/configuration.md for running a separate BFD daemon)",
-            "BGPPeer tor-a: spec.bfdProfile: no BFDProfile named 'missing'",
-        ],
-        id="bfd-profile-unknown",
+        ["BGPPeer tor-a: spec.bfdProfile: no BFDProfile named 'missing' (BFDProfiles: none)"],
+        id="bfd-profile-none-at-all",
+    ),
+    pytest.param(
+        [bfd(echoMode=True)],
+        ["BFDProfile bfd: spec.echoMode: not supported: bfdd runs without zebra, which echo needs"],
+        id="bfd-echo-mode",
     ),
     pytest.param(
         [peer(vrf="red", dynamicASN="external", interface="eth0")],
@@ -946,9 +952,17 @@ def test_different_local_prefs_on_disjoint_nodes_peers_or_aggregates_are_fine() 
     assert result.config is not None, messages(result.errors)
 
 
-def test_bfd_profile_is_parsed_with_a_warning() -> None:
+def test_bfd_profile_is_parsed_and_named_by_a_peer() -> None:
     result = parse(
-        bfd(receiveInterval=100, transmitInterval=200, detectMultiplier=5, echoMode=True)
+        peer(bfdProfile="bfd"),
+        bfd(
+            receiveInterval=100,
+            transmitInterval=200,
+            detectMultiplier=5,
+            echoMode=False,
+            passiveMode=True,
+            minimumTtl=250,
+        ),
     )
     assert result.config is not None, messages(result.errors)
     b = result.config.bfd_profiles[0]
@@ -956,12 +970,11 @@ def test_bfd_profile_is_parsed_with_a_warning() -> None:
         100,
         200,
         5,
-        True,
+        False,
     )
-    assert (b.echo_interval, b.minimum_ttl, b.passive_mode) == (50, 254, False)
-    assert messages(result.warnings) == [
-        "BFDProfile bfd: parsed, but no BFD session runs (ExaBGP has no BFD)"
-    ]
+    assert (b.echo_interval, b.minimum_ttl, b.passive_mode) == (50, 250, True)
+    assert result.config.peers[0].bfd_profile == "bfd"
+    assert messages(result.warnings) == []
 
 
 def test_speaker_config_defaults_when_absent() -> None:

@@ -1,7 +1,7 @@
 """MetalLB's own published sample files (tests/data/metallb-samples, see its NOTICE)
 through kube-bgpd: `kube-bgpd validate` accepts each BGP sample (a fragment together with
 the pools and peers it names, which the samples leave to other files), refuses what it
-says it refuses (BFD, layer 2) with the reason, and decide()/allocate() give what MetalLB
+says it refuses (layer 2) with the reason, and decide()/allocate() give what MetalLB
 gives for the samples' Service (issue 16, item 5). Each row names MetalLB's rule."""
 
 from __future__ import annotations
@@ -49,10 +49,6 @@ metadata: {name: ebgp-single-hop0, namespace: metallb-system}
 spec: {myASN: 64512, peerASN: 64500, peerAddress: 172.30.0.4}
 """
 
-NO_BFD = (
-    "spec.bfdProfile: not supported: ExaBGP has no BFD (remove bfdProfile; see "
-    "docs/configuration.md for running a separate BFD daemon)"
-)
 L2 = (
     "kind: L2Advertisement is not accepted: layer 2 mode is not supported: kube-bgpd only "
     "speaks BGP"
@@ -65,8 +61,8 @@ VALIDATE = [
     pytest.param("bgpadvertisement_community_alias.yaml", True, [], id="adv-community-alias"),
     pytest.param("bgpadvertisement_with_node_selector.yaml", True, [], id="adv-node-selector"),
     pytest.param("bgppeer_simple.yaml", False, [], id="peer-simple"),
-    # MetalLB runs BFD through FRR; ExaBGP has none: refused with what to do instead.
-    pytest.param("bgppeer_with_bfdprofile.yaml", False, [NO_BFD], id="peer-bfd-profile"),
+    # MetalLB runs BFD through FRR; kube-bgpd through bfdd beside ExaBGP.
+    pytest.param("bgppeer_with_bfdprofile.yaml", False, [], id="peer-bfd-profile"),
     pytest.param("bgppeer_with_session_options.yaml", False, [], id="peer-connect-time"),
     pytest.param("bgppeer_with_vrf.yaml", False, [], id="peer-vrf"),
     pytest.param("bgppeer_withsecret.yaml", False, [], id="peer-secret-hold-9m-keepalive-0"),

@@ -12,6 +12,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from bgpd.metrics import (
+    BfdCollector,
     ControllerMetrics,
     SpeakerMetrics,
     StaticSpeakerView,
@@ -63,7 +64,13 @@ def test_promql_metric_names(expr: str, names: set[str]) -> None:
 @pytest.fixture(scope="module")
 def exported() -> frozenset[str]:
     speaker = CollectorRegistry()
-    SpeakerMetrics(speaker, StaticSpeakerView(), node=NodeName("n"), mqtt=_NoMQTT())
+    SpeakerMetrics(
+        speaker,
+        StaticSpeakerView(),
+        node=NodeName("n"),
+        mqtt=_NoMQTT(),
+        bfd=BfdCollector(list, ("up", "down")),
+    )
     controller = CollectorRegistry()
     ControllerMetrics(controller, dict)
     return metric_names(speaker) | metric_names(controller)

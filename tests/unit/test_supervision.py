@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from bgpd.exabgp import supervisor
+from bgpd import supervision as supervisor
 
 #: Prints the child's parent-death signal (prctl PR_GET_PDEATHSIG = 2).
 READ_PDEATHSIG = (

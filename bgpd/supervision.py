@@ -1,10 +1,13 @@
-"""The ExaBGP child process: start, relay its log, restart with back-off, stop.
+"""A supervised child process (ExaBGP, bfdd): start, relay its log, restart with back-off,
+stop. One implementation for every child the speaker runs; ``name`` names its log events
+(``exabgp.started``, ``bfdd.started``) and ``crash_error`` the error a crash loop raises.
 
 Why each piece:
 
 * ``PR_SET_PDEATHSIG`` (prctl, set in the child between fork and exec): if the daemon
-  dies, however it dies, the kernel kills ExaBGP, whose sessions then close at once; an
-  orphaned ExaBGP would keep announcing routes nobody manages. SIGKILL, because SIGTERM is
+  dies, however it dies, the kernel kills the child, whose sessions then close at once;
+  an orphaned ExaBGP would keep announcing routes nobody manages, an orphaned bfdd would
+  keep telling routers the node is alive. SIGKILL, because SIGTERM is
   ignored while ExaBGP is blocked writing to its helper. The flag survives ``exec``, so
   it also holds through an argv prefix such as ``ip netns exec NS`` (which execs).
 * A new session (``start_new_session``): a Ctrl-C in a terminal must reach only the
@@ -18,7 +21,7 @@ Why each piece:
 
 The environment comes from a callable of the start generation, because the generation
 travels to the helper in the environment (see render.render_env). This module knows
-nothing of BGP or of ExaBGP's API; the driver does.
+nothing of BGP, BFD or the children's APIs; their runtimes do.
 """
 
 from __future__ import annotations
@@ -34,10 +37,9 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from bgpd.exabgp.errors import CrashLoopError
 from bgpd.logs import log
 
-_logger = logging.getLogger("bgpd.exabgp.supervisor")
+_logger = logging.getLogger("bgpd.supervision")
 PR_SET_PDEATHSIG = 1
 #: prctl(2), looked up once in the parent at import (see :func:`_pdeathsig_preexec`).
 _prctl = ctypes.CDLL(None, use_errno=True).prctl
@@ -67,15 +69,19 @@ def _pdeathsig_preexec(parent: int) -> Callable[[], None]:
 
 
 class Supervisor:
-    """Runs one ExaBGP at a time; ``run()`` is the long-lived task.
+    """Runs one child at a time; ``run()`` is the long-lived task.
 
     ``on_start(generation)`` is called before each start so the driver resets what it
-    believes ExaBGP holds (ExaBGP keeps nothing across a restart)."""
+    believes the child holds (ExaBGP keeps nothing across a restart); ``on_spawned(pid)``
+    after it, with the new process's PID (bfdd's watchdog needs it)."""
 
     def __init__(
         self,
         *,
         argv: Sequence[str],
+        name: str = "exabgp",
+        crash_error: Callable[[str], Exception] = RuntimeError,
+        on_spawned: Callable[[int], None] | None = None,
         env: Callable[[int], Mapping[str, str]],
         cwd: Path,
         prefix: Sequence[str] = (),
@@ -88,6 +94,9 @@ class Supervisor:
         stop_timeout: float = 5.0,
     ) -> None:
         self.argv = list(argv)
+        self.name = name
+        self.crash_error = crash_error
+        self.on_spawned = on_spawned
         self.env = env
         self.cwd = cwd
         self.prefix = list(prefix)
@@ -139,7 +148,9 @@ class Supervisor:
             start_new_session=True,
             preexec_fn=_pdeathsig_preexec(os.getpid()),
         )
-        log(_logger, logging.INFO, "exabgp.started", pid=proc.pid, generation=self.generation)
+        log(_logger, logging.INFO, f"{self.name}.started", pid=proc.pid, generation=self.generation)
+        if self.on_spawned is not None:
+            self.on_spawned(proc.pid)
         self.started.set()
         return proc
 
@@ -151,7 +162,7 @@ class Supervisor:
             level = logging.DEBUG
             if " error" in lowered or " err " in lowered or "warning" in lowered:
                 level = logging.WARNING
-            log(_logger, level, "exabgp.log", pid=proc.pid, line=text)
+            log(_logger, level, f"{self.name}.log", pid=proc.pid, line=text)
             if self.on_output is not None:
                 self.on_output(text)
 
@@ -160,12 +171,12 @@ class Supervisor:
         return delay * random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not crypto
 
     async def run(self) -> None:
-        """Start ExaBGP and keep it running until stop(); raise CrashLoopError on a loop."""
+        """Start the child and keep it running until stop(); raise ``crash_error`` on a loop."""
         try:
             while not self._stopping:
                 started_at = time.monotonic()
                 proc = self._proc = await self._start()
-                relay = asyncio.create_task(self._relay_output(proc), name="exabgp-log")
+                relay = asyncio.create_task(self._relay_output(proc), name=f"{self.name}-log")
                 try:
                     rc = await proc.wait()
                 finally:
@@ -174,12 +185,18 @@ class Supervisor:
                             await asyncio.shield(relay)
                     relay.cancel()
                 if self.stopping:
-                    log(_logger, logging.INFO, "exabgp.stopped", pid=proc.pid, returncode=rc)
+                    log(_logger, logging.INFO, f"{self.name}.stopped", pid=proc.pid, returncode=rc)
                     return
                 now = time.monotonic()
                 if self._requested:
                     self._requested = False
-                    log(_logger, logging.INFO, "exabgp.restarting", pid=proc.pid, returncode=rc)
+                    log(
+                        _logger,
+                        logging.INFO,
+                        f"{self.name}.restarting",
+                        pid=proc.pid,
+                        returncode=rc,
+                    )
                     continue
                 uptime = now - started_at
                 self._consecutive = 1 if uptime > self.crash_window else self._consecutive + 1
@@ -187,15 +204,15 @@ class Supervisor:
                 log(
                     _logger,
                     logging.ERROR,
-                    "exabgp.exited",
+                    f"{self.name}.exited",
                     pid=proc.pid,
                     returncode=rc,
                     uptime=round(uptime, 3),
                     crashes=len(self._crashes),
                 )
                 if len(self._crashes) > self.max_crashes:
-                    raise CrashLoopError(
-                        f"ExaBGP exited {len(self._crashes)} times within "
+                    raise self.crash_error(
+                        f"{self.name} exited {len(self._crashes)} times within "
                         f"{self.crash_window:.0f}s (last return code {rc}); giving up. "
                         "Check its configuration and log above."
                     )
@@ -209,10 +226,10 @@ class Supervisor:
             await self._kill_now()
 
     def kill(self) -> None:
-        """SIGKILL the current ExaBGP (it is hung: no ack within the timeout); run()
+        """SIGKILL the current child (hung: ExaBGP owes an ack past its timeout); run()
         restarts it after the usual back-off and counts it as a crash."""
         if self.pid is not None:
-            log(_logger, logging.WARNING, "exabgp.killing", pid=self.pid)
+            log(_logger, logging.WARNING, f"{self.name}.killing", pid=self.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
 
@@ -225,7 +242,7 @@ class Supervisor:
         self._wake.set()
 
     async def stop(self) -> int | None:
-        """SIGTERM ExaBGP, SIGKILL after ``stop_timeout``; return its exit code."""
+        """SIGTERM the child, SIGKILL after ``stop_timeout``; return its exit code."""
         self._stopping = True
         self._wake.set()
         proc = self._proc
@@ -237,7 +254,7 @@ class Supervisor:
             async with asyncio.timeout(self.stop_timeout):
                 return await proc.wait()
         except TimeoutError:
-            log(_logger, logging.WARNING, "exabgp.stop_timeout", pid=proc.pid)
+            log(_logger, logging.WARNING, f"{self.name}.stop_timeout", pid=proc.pid)
             await self._kill_now()
             return proc.returncode
 
