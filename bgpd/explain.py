@@ -23,10 +23,12 @@ from bgpd.model import (
     ClusterSnapshot,
     Config,
     Decision,
+    HoldReason,
     LinkBandwidth,
     NodeName,
     Notice,
     NoticeReason,
+    PeerHold,
     PeerName,
     PeerSkip,
     PeerSkipReason,
@@ -68,7 +70,9 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     reason concerns one IP of the Service and "detail" only when there is more to say
     than the reason. With `service`, only that Service's entries are kept. "peersSkipped",
     present when the node has no session with some BGPPeer, lists those peers and why
-    (never filtered by `service`: they concern every Service).
+    (never filtered by `service`: they concern every Service); "peersHeld", only in a live
+    speaker's answer, the peers it holds every route back from (bfdStrict), why and how
+    many routes.
     """
     routes: list[JSONValue] = [
         {
@@ -98,6 +102,11 @@ def decision_json(decision: Decision, service: ServiceKey | None = None) -> dict
     if notices:
         out["notices"] = [
             {"service": n.service, "reason": n.reason.value, "detail": n.detail} for n in notices
+        ]
+    if decision.peers_held:
+        out["peersHeld"] = [
+            {"peer": h.peer, "reason": h.reason.value, "routes": h.routes}
+            for h in decision.peers_held
         ]
     return out
 
@@ -162,12 +171,18 @@ def decision_from_json(doc: Mapping[str, Any]) -> Decision:
             Notice(ServiceKey(n["service"]), NoticeReason(n["reason"]), n.get("detail", ""))
             for n in doc.get("notices", ())
         )
+        # Only in a live speaker's answer (bgpd.bfd.gate), and absent in older ones.
+        peers_held = tuple(
+            PeerHold(PeerName(h["peer"]), HoldReason(h["reason"]), int(h["routes"]))
+            for h in doc.get("peersHeld", ())
+        )
         return Decision(
             node=NodeName(doc["node"]),
             routes=routes,
             skipped=skipped,
             peers_skipped=peers_skipped,
             notices=notices,
+            peers_held=peers_held,
         )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"not a decision document: missing or bad {exc}") from exc
@@ -264,6 +279,10 @@ def explain_table(decisions: Sequence[Decision], service: ServiceKey | None = No
             lines.append("  no session (no route goes to these peers):")
             rows = [[p.peer, p.reason.value, p.detail] for p in d.peers_skipped]
             lines += table_lines(("PEER", "REASON", "DETAIL"), rows, "  ")
+        if d.peers_held:
+            lines.append("  held back (the routes above to these peers are not sent):")
+            rows = [[h.peer, h.reason.value, str(h.routes)] for h in d.peers_held]
+            lines += table_lines(("PEER", "REASON", "ROUTES"), rows, "  ")
         notices = notice_entries(d, service)
         if notices:
             lines.append("  notices (announced as shown above):")

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter as _Counts
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
@@ -50,6 +50,7 @@ from bgpd.model import (
     Decision,
     DesiredRoutes,
     NodeName,
+    PeerHold,
     PeerName,
     PeerStatus,
     PoolName,
@@ -750,6 +751,49 @@ def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     return [web.get("/metrics", handler)]
+
+
+class BfdGateView(Protocol):
+    """What BGP-follows-BFD exposes (bgpd.speaker.bfd_follow): read at scrape time."""
+
+    def held(self) -> Sequence[PeerHold]: ...
+
+    def teardowns(self) -> Mapping[PeerName, int]: ...
+
+
+class BfdGateCollector(Collector):
+    """Routes held back from a peer whose BFD session is not Up (bfdStrict), and BGP
+    sessions torn down because BFD went down. A held peer has a series (0 routes
+    included) while it is held, none otherwise."""
+
+    def __init__(self, view: BfdGateView) -> None:
+        self._view = view
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        held, teardowns = fams = self._families()
+        for h in self._view.held():
+            held.add_metric([h.peer, h.reason.value], h.routes)
+        for peer, n in sorted(self._view.teardowns().items()):
+            teardowns.add_metric([peer], n)
+        yield from fams
+
+    @staticmethod
+    def _families() -> tuple[_Family, ...]:
+        return (
+            _gauge(
+                "bfd_routes_held",
+                "Routes held back from the peer: its BFD session is not Up (bfdStrict).",
+                ["peer", "reason"],
+            ),
+            _counter(
+                "bfd_teardowns",
+                "BGP sessions torn down at once because their BFD session went down.",
+                ["peer"],
+            ),
+        )
 
 
 async def start_metrics_listener(

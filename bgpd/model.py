@@ -362,6 +362,11 @@ class SpeakerConfig:
     #: Also serve GET /status (peers, routes, the last decision) on metricsAddress; it is
     #: always served on the control socket in workDir.
     expose_status: bool = False
+    #: Announce to a BFD-enabled peer only while its BFD session is Up (bgpd.bfd.gate).
+    bfd_strict: bool = True
+    #: Seconds the event loop may stall, or ExaBGP leave a command unanswered, before the
+    #: watchdog kills bfdd so the routers drop the node (bgpd.bfd.watchdog).
+    bfd_watchdog: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -541,6 +546,23 @@ class PeerSkip:
     detail: str = ""
 
 
+class HoldReason(StrEnum):
+    """Why the live speaker holds every route back from a BGP peer it has a session with
+    (bgpd.bfd.gate). camelCase like SkipReason; in explain, status, metrics and logs."""
+
+    #: SpeakerConfig bfdStrict: the peer's BFD session is not Up (yet, or any more).
+    BFD_NOT_UP = "bfdNotUp"
+
+
+@dataclass(frozen=True, slots=True)
+class PeerHold:
+    """A peer the speaker holds its routes back from, why, and how many routes."""
+
+    peer: PeerName
+    reason: HoldReason
+    routes: int = 0
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class LinkBandwidth:
     """A link-bandwidth extended community: the announcing AS (2 octets; AS_TRANS for a
@@ -643,6 +665,10 @@ class Decision:
     #: What is worth knowing about Services beyond their routes and skips (NoticeReason),
     #: sorted.
     notices: tuple[Notice, ...] = ()
+    #: Peers the live speaker holds every route back from (bgpd.bfd.gate, bfdStrict):
+    #: their routes above are not sent. Only in a speaker's answer (`explain
+    #: --from-speaker`); an offline decision knows no BFD state.
+    peers_held: tuple[PeerHold, ...] = ()
 
     def by_peer(self) -> dict[PeerName, dict[IPNetwork, RouteAttributes]]:
         """The desired set in the shape the ExaBGP driver's apply() takes."""
@@ -723,4 +749,16 @@ class BfdEvent:
     at: float
 
 
-SpeakerEvent = RouteEvent | PeerEvent | BfdEvent
+@dataclass(frozen=True, slots=True)
+class BfdTeardownEvent:
+    """A BGP session torn down because its BFD session went from Up to Down
+    (bgpd.bfd.gate): published to MQTT."""
+
+    node: NodeName
+    peer: PeerName
+    #: bfdd's diagnostic read with the Down ("" for none).
+    diagnostic: str
+    at: float
+
+
+SpeakerEvent = RouteEvent | PeerEvent | BfdEvent | BfdTeardownEvent

@@ -12,6 +12,8 @@ Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.m
 * ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
 * ``<topic_prefix>/<node>/bfd/<peer>``: the peer's BFD session state, retained (only
   for peers with a bfdProfile).
+* ``<topic_prefix>/<node>/peers/<peer>/bfd-teardown``: the session was torn down because
+  its BFD session went down (bgpd.bfd.gate), not retained.
 * ``<topic_prefix>/<node>/status``: ``online`` (retained) once connected; the broker
   publishes ``offline`` (our Last Will) if the connection dies.
 * ``<topic_prefix>/<node>/sync``: a non-retained probe the publisher sends to itself on
@@ -53,6 +55,7 @@ from bgpd.bandwidth import bytes_per_second
 from bgpd.logs import log
 from bgpd.model import (
     BfdEvent,
+    BfdTeardownEvent,
     IPNetwork,
     MQTTConfig,
     NodeName,
@@ -110,8 +113,20 @@ def _json(doc: dict[str, object]) -> bytes:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
 
 
+def bfd_teardown_topic(topic_prefix: str, node: str, peer: PeerName) -> str:
+    return f"{peer_topic(topic_prefix, node, peer)}/bfd-teardown"
+
+
 def event_payload(event: SpeakerEvent) -> dict[str, object]:
     """The JSON document of an event (see docs/observability.md for the fields)."""
+    if isinstance(event, BfdTeardownEvent):
+        return {
+            "node": event.node,
+            "peer": event.peer,
+            "event": "bfdTeardown",
+            "diagnostic": event.diagnostic,
+            "at": event.at,
+        }
     if isinstance(event, PeerEvent):
         return {
             "node": event.node,
@@ -151,6 +166,9 @@ def messages(topic_prefix: str, event: SpeakerEvent) -> tuple[Message, ...]:
     """What one event publishes: pure, so topics, payloads and retain flags are tested
     without a broker."""
     payload = _json(event_payload(event))
+    if isinstance(event, BfdTeardownEvent):
+        # An event, not a state: not retained.
+        return (Message(bfd_teardown_topic(topic_prefix, event.node, event.peer), payload, False),)
     if isinstance(event, PeerEvent):
         return (Message(peer_topic(topic_prefix, event.node, event.peer), payload, True),)
     if isinstance(event, BfdEvent):

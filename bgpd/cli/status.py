@@ -85,6 +85,11 @@ def render(doc: Mapping[str, Any], now: float) -> str:
             for r in doc.get("routes", [])
         ],
     )
+    held = (doc.get("bfd_gate") or {}).get("held") or []
+    if held:
+        # bfdStrict: routes these peers should get are held back (docs/bfd.md).
+        rows = [(h["peer"], h["reason"], h["routes"]) for h in held]
+        peers += "\n\nheld back:\n" + table(("PEER", "REASON", "ROUTES"), rows)
     bfd = bfd_table(doc, now)
     return f"{head}\n\n{peers}\n\n{routes}\n" + ("" if bfd is None else f"\n{bfd}\n")
 

@@ -61,6 +61,10 @@ DEBOUNCE_MAX: Final = 60
 DRAIN_WINDOW_MAX: Final = 3600
 PROBE_INTERVAL_MAX: Final = 3600
 PROBE_TIMEOUT_MAX: Final = 60
+#: SpeakerConfig bfdWatchdog's bounds: below 1 s a scrape or a full collection of a large
+#: cluster could kill bfdd (docs/bfd.md, hazards); above 60 s the hold timer is sooner.
+BFD_WATCHDOG_MIN: Final = 1
+BFD_WATCHDOG_MAX: Final = 60
 _DP = DataPlaneCheck()
 DATA_PLANE_CHECK_FIELDS: Final = (
     Field(
@@ -171,6 +175,24 @@ SPEAKER: Final = KindTable(
             description="Also serve GET /status on metricsAddress (always on the control "
             "socket in workDir); POST /drain is never served there.",
         ),
+        Field(
+            "bfdStrict",
+            type="boolean",
+            default=True,
+            description="Announce to a peer with a bfdProfile only while its BFD session is "
+            "Up (its routes are held back otherwise); false: BFD only tears sessions down.",
+        ),
+        Field(
+            "bfdWatchdog",
+            any_of=(
+                Field(ref="duration"),
+                Field(type="number", minimum=BFD_WATCHDOG_MIN, maximum=BFD_WATCHDOG_MAX),
+            ),
+            default="5s",
+            max_seconds=BFD_WATCHDOG_MAX,
+            description="Seconds the speaker may hang (event loop stalled, or ExaBGP not "
+            "answering) before bfdd is killed so the routers drop this node (1-60).",
+        ),
     ),
     plural="speakerconfigs",
     columns=(
@@ -275,6 +297,10 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
     if f.get("annotationPolicy") is not None:
         policy = _annotation_policy(doc, "spec.annotationPolicy", f["annotationPolicy"])
     expose_status = _flag(doc, f, "exposeStatus", d.expose_status)
+    bfd_strict = _flag(doc, f, "bfdStrict", d.bfd_strict)
+    bfd_watchdog = _duration(doc, f, "bfdWatchdog", d.bfd_watchdog, BFD_WATCHDOG_MAX)
+    if bfd_watchdog < BFD_WATCHDOG_MIN:
+        doc.error("spec.bfdWatchdog", f"{bfd_watchdog:g} is below {BFD_WATCHDOG_MIN} second")
     if doc.errors != before:
         return None
     return SpeakerConfig(
@@ -293,6 +319,8 @@ def parse_speaker(doc: Doc, spec: object) -> SpeakerConfig | None:
         allow_empty_config=allow_empty,
         annotation_policy=policy,
         expose_status=expose_status,
+        bfd_strict=bfd_strict,
+        bfd_watchdog=bfd_watchdog,
     )
 
 

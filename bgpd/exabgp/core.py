@@ -63,6 +63,7 @@ from bgpd.exabgp.plan import (
     probe_command,
     reload_command,
     restrict,
+    teardown_command,
 )
 from bgpd.exabgp.render import Neighbor
 from bgpd.logs import LogLimiter, log, log_limited
@@ -257,6 +258,10 @@ class DriverCore:
         #: A reload was answered: hold commands for reload_settle from the next send.
         self._settle_due = False
         self._hold_until = 0.0
+        #: Peers whose routes are held back (bgpd.bfd.gate): effective() gives them none.
+        self._held: frozenset[PeerName] = frozenset()
+        #: Peers whose session is to be torn down, with the Cease subcode, in order.
+        self._teardown_due: dict[PeerName, int] = {}
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -293,6 +298,8 @@ class DriverCore:
         self._uncertain = {}
         self._acked = {}
         self._sent = {}
+        # A new ExaBGP has no session to tear down.
+        self._teardown_due.clear()
         self._queue.clear()
         self._in_flight.clear()
         self._eor_due.clear()
@@ -334,6 +341,9 @@ class DriverCore:
             self._reloaded(done, at)
             return
         if cmd.kind is CommandKind.PROBE:
+            return
+        if cmd.kind is CommandKind.TEARDOWN:
+            log(_logger, logging.INFO, "driver.teardown", peer=cmd.peer, done=done)
             return
         if done:
             if cmd.kind is CommandKind.EOR and cmd.peer is not None:
@@ -548,6 +558,28 @@ class DriverCore:
             self.mode = mode
             self._mark_dirty()
 
+    def set_held(self, peers: AbstractSet[PeerName]) -> None:
+        """Hold back every route from these peers (bgpd.bfd.gate: their BFD session is not
+        Up under bfdStrict): what ExaBGP holds for them is withdrawn, and nothing is sent
+        until they are released. Their desired routes are kept (held_routes())."""
+        held = frozenset(peers)
+        if held != self._held:
+            log(_logger, logging.INFO, "driver.held", peers=",".join(sorted(held)))
+            self._held = held
+            self._mark_dirty()
+
+    def teardown(self, peer: PeerName, subcode: int) -> None:
+        """Close this peer's BGP session now (its BFD session went down). Sent before any
+        route command not yet written, once the commands in flight are answered (acks
+        are matched in order); a peer ExaBGP does not have is ignored."""
+        if peer in self._neighbors:
+            self._teardown_due.setdefault(peer, subcode)
+            self._dirty = True
+
+    def held_routes(self) -> dict[PeerName, int]:
+        """Per held peer, how many desired routes are held back from it (0 included)."""
+        return {p: len(self._desired.get(p, {})) for p in sorted(self._held)}
+
     def _wrong_family(self, peer: PeerName, wrong: Sequence[IPNetwork]) -> None:
         self.stats.wrong_family += len(wrong)
         log(
@@ -578,7 +610,7 @@ class DriverCore:
         base: Routes = {}
         for peer, routes in self._desired.items():
             n = self._neighbors.get(peer)
-            if n is None:
+            if n is None or peer in self._held:
                 continue
             # One family per session: an IPv6 prefix sent on an IPv4 session in an
             # `announce attributes ... nlri` makes ExaBGP send an UPDATE the router
@@ -641,6 +673,11 @@ class DriverCore:
         )
         return True
 
+    def unanswered_for(self, now: float) -> float:
+        """Seconds the oldest command in flight has waited for ExaBGP's answer (0: none
+        in flight): the BFD watchdog's view of a hung ExaBGP (bgpd.bfd.watchdog)."""
+        return now - self._in_flight[0].sent_at if self._in_flight else 0.0
+
     def answer_overdue(self, now: float) -> bool:
         """ExaBGP owes an answer older than ``ack_timeout`` (a route command or the idle
         probe): it is hung, whether or not the restart was asked for yet."""
@@ -675,6 +712,19 @@ class DriverCore:
             self._hold_until = now + self.reload_settle
         if now < self._hold_until:
             return out
+        if self._teardown_due:
+            # Alone, like reload: synchronous, so only with nothing else in flight.
+            if not self._in_flight:
+                peer = next(iter(self._teardown_due))
+                n = self._neighbors.get(peer)
+                subcode = self._teardown_due.pop(peer)
+                if n is not None:
+                    cmd = teardown_command(peer, n.selector, subcode)
+                    self._record_sent(cmd, now)
+                    out.append(cmd)
+                    return out
+            else:
+                return out
         eff: Routes | None = None
         if self._dirty:
             eff = self.effective()

@@ -33,6 +33,9 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   everything (or, retaining, only from non-graceful-restart peers), wait for the acks, then
   ``flush_delay`` for ExaBGP to write the UPDATEs (``done`` means "in the adj-rib-out", not
   "on the wire"; ExaBGP's reactor writes them within its next loops).
+* ``driver.set_held(peers)``: hold back every route from these peers (bgpd.bfd.gate,
+  bfdStrict); ``driver.teardown(peer, subcode)``: close one BGP session now (its BFD
+  session went down), before any route command not yet written.
 * ``driver.peer_status() -> Mapping[PeerName, PeerStatus]``, ``driver.acknowledged() ->
   DesiredRoutes``, ``driver.subscribe(maxsize) -> asyncio.Queue[SpeakerEvent]`` (a full
   queue drops its oldest event and counts it in ``stats.events_dropped``: a slow
@@ -199,6 +202,20 @@ class ExaBGPDriver:
     def set_mode(self, mode: DriverMode) -> None:
         self.core.set_mode(mode)
         self._changed()
+
+    def set_held(self, peers: AbstractSet[PeerName]) -> None:
+        """Hold back every route from these peers (DriverCore.set_held)."""
+        self.core.set_held(peers)
+        self._changed()
+
+    def teardown(self, peer: PeerName, subcode: int) -> None:
+        """Close this peer's BGP session now (DriverCore.teardown)."""
+        self.core.teardown(peer, subcode)
+        self._changed()
+
+    def held_routes(self) -> Mapping[PeerName, int]:
+        """Per held peer, how many desired routes are held back (DriverCore.held_routes)."""
+        return self.core.held_routes()
 
     async def wait_converged(self, within: float | None = None) -> bool:
         try:

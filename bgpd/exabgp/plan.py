@@ -41,6 +41,8 @@ class CommandKind(StrEnum):
     #: A liveness probe of an idle ExaBGP (probe_command()).
     PROBE = "probe"
     RELOAD = "reload"
+    #: Close one peer's BGP session now (its BFD session went down: bgpd.bfd.gate).
+    TEARDOWN = "teardown"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +160,16 @@ def reload_command() -> Command:
     that does to each neighbour). Synchronous: answered at once, the reload itself done at
     the top of ExaBGP's next reactor turn."""
     return Command(text="reload", kind=CommandKind.RELOAD, peer=None, sync=True)
+
+
+def teardown_command(peer: PeerName, selector: str, subcode: int) -> Command:
+    """Close one established session with a Cease NOTIFICATION of this subcode (ExaBGP
+    5.0's ``teardown``: it reconnects at once, as after any session end). Synchronous:
+    answered ``done`` at once, also when the session is not established (then nothing
+    happens)."""
+    return Command(
+        text=f"{selector} teardown {subcode}", kind=CommandKind.TEARDOWN, peer=peer, sync=True
+    )
 
 
 def delta(

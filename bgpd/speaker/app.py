@@ -54,6 +54,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,7 @@ import aiohttp
 from prometheus_client import CollectorRegistry
 
 from bgpd.bandwidth import bytes_per_second
+from bgpd.bfd.heartbeat import BfdWatchdog
 from bgpd.bfd.readback import status_rows
 from bgpd.bfd.render import BfdPeerConfig, bfd_peers
 from bgpd.bfd.runtime import BfdError, BfdRuntime
@@ -77,6 +79,7 @@ from bgpd.explain import decision_json
 from bgpd.logs import log
 from bgpd.metrics import (
     BfdCollector,
+    BfdGateCollector,
     BfdSession,
     ConvergencePhase,
     SpeakerMetrics,
@@ -100,6 +103,7 @@ from bgpd.model import (
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
 from bgpd.speaker import attribute_state, drain
+from bgpd.speaker.bfd_follow import BfdFollow, say_goodbye
 from bgpd.speaker.dataplane import (
     DataPlaneState,
     Thresholds,
@@ -295,6 +299,15 @@ class Speaker:
             bfd=BfdCollector(self._bfd_sessions, (s.value for s in BfdState)),
         )
         self.status_server.add_routes(metrics_routes(self.registry))
+        #: BGP follows BFD (bgpd.bfd.gate decides; BfdFollow carries it out).
+        self.bfd_follow = BfdFollow(
+            node=node, driver=self.driver, publish=None if self.mqtt is None else self.mqtt.publish
+        )
+        self.registry.register(BfdGateCollector(self.bfd_follow))
+        self.bfd_watchdog = BfdWatchdog(
+            timeout=sc.bfd_watchdog,
+            unanswered=lambda: self.driver.core.unanswered_for(time.monotonic()),
+        )
         #: (first unacknowledged change, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
@@ -480,6 +493,10 @@ class Speaker:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._held_rendered = self.driver.core.held_down(time.time())
         self._set_bfd_peers(rendering)
+        # Without a bfdd runtime no BFD session exists: strict must not hold routes back
+        # for sessions that will never come up.
+        sessions = [n.name for n in rendering.neighbors] if self.bfd is not None else []
+        self.bfd_follow.configure(self.config, sessions)
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
@@ -510,8 +527,10 @@ class Speaker:
 
     def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:
         """bfdd's sessions read back (each time one changed): kept for metrics and
-        status; a changed state is logged and published (MQTT)."""
+        status; a changed state is logged and published (MQTT); BGP follows them
+        (bfd_follow)."""
         before, self.bfd_states = self.bfd_states, states
+        self.bfd_follow.on_states(states)
         for name, s in sorted(states.items()):
             was = before.get(name)
             if was is not None and was.state is s.state:
@@ -555,6 +574,7 @@ class Speaker:
 
     def _on_bfd_started(self, pid: int) -> None:
         log(_logger, logging.INFO, "bfd.started", pid=pid, peers=len(self._bfd_peers))
+        self.on_bfd_started(pid)
 
     def _after_apply(self, result: PassResult) -> None:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
@@ -888,7 +908,11 @@ class Speaker:
             },
             # The last decision in explain's JSON contract, for `explain --from-speaker`.
             # Built off the event loop (StatusServer), like the routes.
-            "explain": None if decision is None else Deferred(partial(decision_json, decision)),
+            "explain": None
+            if decision is None
+            else Deferred(
+                partial(decision_json, replace(decision, peers_held=self.bfd_follow.held()))
+            ),
             "config": {
                 "stale": self.config_stale_reason() != "",
                 "stale_reason": self.config_stale_reason(),
@@ -904,6 +928,7 @@ class Speaker:
             "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
             # None while no peer has a bfdProfile and no bfdd runs.
             "bfd": self._bfd_status(),
+            "bfd_gate": self.bfd_follow.status(),
         }
 
     # ------------------------------------------------------------------ run
@@ -949,7 +974,7 @@ class Speaker:
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
         held = self.driver.acknowledged()
-        ok = await self.runtime.stop(withdraw=True, retain_graceful=retain, within=10.0)
+        ok = await self._goodbye(retain)
         # What each peer was left with: retained (stale at a graceful-restart router until
         # the next speaker refreshes it, or its restart time ends) or withdrawn.
         for name, n in sorted(self.driver.neighbors().items()):
@@ -966,8 +991,30 @@ class Speaker:
         log(_logger, logging.INFO, "speaker.stopped", withdrawn=ok, retained=retain)
         raise _Stop
 
+    async def _goodbye(self, retain: bool) -> bool:
+        """The stop: BGP first, BFD last (bgpd.speaker.bfd_follow.say_goodbye)."""
+
+        async def withdraw(retain: bool) -> bool:
+            if self.runtime.supervisor.pid is None or not self.driver.connected:
+                return True
+            return await self.driver.withdraw_all(10.0, retain_graceful=retain)
+
+        ok = await say_goodbye(
+            retain=retain,
+            withdraw=withdraw,
+            stop_exabgp=partial(self.runtime.stop, withdraw=False),
+            bfd=self.bfd,
+        )
+        self.bfd_watchdog.watch(None)
+        return ok
+
+    def on_bfd_started(self, pid: int) -> None:
+        """A bfdd started (the bfdd runtime calls it): the watchdog kills this one."""
+        self.bfd_watchdog.watch(pid)
+
     def request_stop(self) -> None:
         self._drain_step(drain.stop(self.drain_state))
+        self.bfd_follow.stop()
         self.stop_requested.set()
 
     async def _companion(self, name: str, companion: Companion) -> None:
@@ -1016,6 +1063,7 @@ class Speaker:
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
+                tg.create_task(self.bfd_watchdog.run(), name="bfd-watchdog")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self.mqtt is not None:

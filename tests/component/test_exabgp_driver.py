@@ -17,11 +17,13 @@ import signal
 import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bgpd.bfd.gate import CEASE_BFD_DOWN
 from bgpd.exabgp.core import PROBE_INTERVAL
 from bgpd.exabgp.plan import Command, delta
 from bgpd.exabgp.render import render
@@ -39,6 +41,7 @@ from bgpd.model import (
     RouteEvent,
     SessionState,
 )
+from bgpd.speaker.bfd_follow import say_goodbye
 from kbgpd_lab.kit.processes import exabgp_runtime
 from kbgpd_lab.kit.waiting import wait_until, wait_until_async
 from kbgpd_lab.lab.netns import process_alive
@@ -624,3 +627,95 @@ async def test_hung_idle_exabgp_is_restarted_within_the_probe_bound(
         assert rt.driver.stats.commands_sent["probe"] > probes
         await in_thread(bird_router.wait_rib, lambda r: len(r) == 1, 30)
         assert rt.driver.answering
+
+
+async def test_held_peer_then_teardown_for_bfd(
+    topology: Topology, tmp_path: Path, bird_router: Router
+) -> None:
+    """BGP follows BFD at the driver (bgpd.bfd.gate decides): a held peer's routes leave
+    the router while its session stays up, and come back when released; a teardown
+    (ExaBGP 5.0.15 ``teardown 10``) closes the session at once, ExaBGP reconnects and
+    sends the routes again by itself."""
+    tor = PeerName("tor")
+    async with running(topology, tmp_path, (router_peer(topology),)) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 20)
+        since = await in_thread(bird_router.sessions_since)
+        rt.driver.set_held({tor})
+        await in_thread(bird_router.wait_rib, lambda r: not r, 20)
+        assert await in_thread(bird_router.sessions_since) == since, "the session was reset"
+        rt.driver.set_held(set())
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 20)
+        sent = sum(rt.driver.stats.commands_sent.values())
+        rt.driver.teardown(tor, CEASE_BFD_DOWN)
+        await wait_until_async(
+            lambda: rt.driver.stats.commands_sent["teardown"] == 1, what="teardown sent"
+        )
+        await in_thread(
+            wait_until,
+            lambda: bird_router.sessions_since() not in ({}, since),
+            within=30,
+            what="a new session at BIRD",
+        )
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 30)
+        # ExaBGP re-sent its adj-rib-out by itself: only the teardown was written.
+        assert sum(rt.driver.stats.commands_sent.values()) - sent <= 2  # teardown (+ probe)
+
+
+class _RecordingBfd:
+    """A BFD runtime stand-in for the goodbye: what the router held, and whether ExaBGP
+    still ran, at the moment BFD was told AdminDown."""
+
+    def __init__(self, router: Router, rt: ExaBGPRuntime) -> None:
+        self.router, self.rt = router, rt
+        self.calls: list[str] = []
+        self.rib_at_admin_down: dict[IPNetwork, Any] | None = None
+        self.exabgp_at_admin_down: int | None = -1
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    async def admin_down(self) -> None:
+        self.calls.append("admin_down")
+        self.exabgp_at_admin_down = self.rt.supervisor.pid
+        self.rib_at_admin_down = dict(await in_thread(self.router.rib, 4))
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+
+    @property
+    def pid(self) -> int | None:
+        return None
+
+
+@pytest.mark.parametrize("retain", [False, True], ids=["withdraw", "retain"])
+async def test_goodbye_bgp_first_then_bfd(
+    topology: Topology, tmp_path: Path, bird_router: Router, retain: bool
+) -> None:
+    """The stop's order (bgpd.speaker.bfd_follow.say_goodbye) against BIRD: when BFD is
+    told AdminDown, ExaBGP has exited and the router has either nothing (withdraw) or the
+    routes kept as stale for graceful restart (retain)."""
+    async with running(
+        topology, tmp_path, (router_peer(topology, enable_graceful_restart=True),)
+    ) as rt:
+        rt.driver.apply(routes("tor", ["10.99.100.1/32", "10.99.100.2/32"]))
+        await in_thread(bird_router.wait_rib, lambda r: len(r) == 2, 20)
+        bfd = _RecordingBfd(bird_router, rt)
+
+        async def withdraw(keep: bool) -> bool:
+            return await rt.driver.withdraw_all(10.0, retain_graceful=keep)
+
+        ok = await say_goodbye(
+            retain=retain,
+            withdraw=withdraw,
+            stop_exabgp=partial(rt.stop, withdraw=False),
+            bfd=bfd,
+        )
+        assert ok
+        assert bfd.calls == ["admin_down", "stop"]
+        assert bfd.exabgp_at_admin_down is None
+        assert bfd.rib_at_admin_down is not None
+        if retain:
+            assert set(bfd.rib_at_admin_down) == {net("10.99.100.1/32"), net("10.99.100.2/32")}
+        else:
+            assert bfd.rib_at_admin_down == {}

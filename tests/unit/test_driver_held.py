@@ -1,0 +1,114 @@
+"""DriverCore's part of BGP-follows-BFD: routes held back from a peer (set_held) and a
+session torn down at once (teardown), ahead of any route command not yet written."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from bgpd.exabgp.core import DriverCore
+from bgpd.exabgp.plan import CommandKind
+from bgpd.exabgp.render import Neighbor
+from bgpd.model import BGPPeer, IPNetwork, NodeName, PeerName, RouteAttributes
+
+A, B = PeerName("a"), PeerName("b")
+PLAIN = RouteAttributes()
+
+
+def net(text: str) -> IPNetwork:
+    return ipaddress.ip_network(text)
+
+
+def neighbor(name: PeerName, peer: str) -> Neighbor:
+    return Neighbor(
+        peer=BGPPeer(
+            name=name, my_asn=65000, peer_asn=65001, peer_address=ipaddress.ip_address(peer)
+        ),
+        local_address=ipaddress.ip_address("192.0.2.10"),
+        router_id=ipaddress.IPv4Address("192.0.2.10"),
+    )
+
+
+def core() -> DriverCore:
+    c = DriverCore(node=NodeName("n1"), window=4, probe_interval=None)
+    c.configure([neighbor(A, "192.0.2.1"), neighbor(B, "192.0.2.2")])
+    c.reset(0.0)
+    c.connect()
+    return c
+
+
+def answer_all(c: DriverCore, now: float = 0.0) -> list[str]:
+    """Send and acknowledge until nothing is left; every command text, in order."""
+    texts: list[str] = []
+    while cmds := c.next_commands(now):
+        for cmd in cmds:
+            texts.append(cmd.text)
+            c.on_ack(True, now)
+    return texts
+
+
+DESIRED = {
+    A: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN},
+    B: {net("10.0.0.1/32"): PLAIN},
+}
+
+
+def test_held_peer_gets_nothing_and_keeps_its_desired_routes() -> None:
+    c = core()
+    c.set_held({A})
+    c.apply(DESIRED)
+    texts = answer_all(c)
+    assert all("neighbor 192.0.2.1 " not in t for t in texts)
+    assert c.acknowledged() == {B: DESIRED[B]}
+    assert c.held_routes() == {A: 2}
+    assert c.converged
+
+
+def test_release_announces_and_holding_again_withdraws() -> None:
+    c = core()
+    c.apply(DESIRED)
+    answer_all(c)
+    c.set_held({A})
+    texts = answer_all(c)
+    assert texts
+    assert all("withdraw" in t and "neighbor 192.0.2.1 " in t for t in texts)
+    assert A not in c.acknowledged()
+    c.set_held(set())
+    answer_all(c)
+    assert c.acknowledged() == DESIRED
+    assert c.held_routes() == {}
+
+
+def test_teardown_goes_before_queued_route_commands() -> None:
+    c = core()
+    c.apply({A: {net(f"10.0.{i}.0/32"): RouteAttributes(med=i) for i in range(12)}})
+    first = c.next_commands(0.0)
+    assert len(first) == 4  # the window is full of announces
+    c.teardown(A, 10)
+    assert c.next_commands(0.0) == []  # waits for the answers in flight
+    for _ in first:
+        c.on_ack(True, 0.0)
+    (cmd,) = c.next_commands(0.0)
+    assert cmd.kind is CommandKind.TEARDOWN
+    assert cmd.text == "neighbor 192.0.2.1 local-ip 192.0.2.10 teardown 10"
+    assert c.next_commands(0.0) == []  # alone until answered
+    c.on_ack(True, 0.0)
+    rest = answer_all(c)
+    assert rest
+    assert all("teardown" not in t for t in rest)
+
+
+def test_teardown_of_an_unknown_peer_or_after_a_restart_is_dropped() -> None:
+    c = core()
+    c.teardown(PeerName("elsewhere"), 10)
+    c.teardown(A, 10)
+    c.reset(1.0)
+    c.connect()
+    assert answer_all(c) == []
+
+
+def test_unanswered_for() -> None:
+    c = core()
+    assert c.unanswered_for(5.0) == 0.0
+    c.apply(DESIRED)
+    c.next_commands(1.0)
+    assert c.unanswered_for(4.0) == 3.0
