@@ -45,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -392,6 +393,9 @@ class _Recorded:
     proxy: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Second speakers in a node's namespace (Lab.start_duplicate_speaker), per node.
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Where the speakers' work directories are, when not in the lab's directory
+    #: (speaker BFD: see Lab._work_dir); removed by down().
+    work_root: str | None = None
 
 
 class Lab:
@@ -533,6 +537,7 @@ class Lab:
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
                 owns_directory=directory is None,
                 cluster=cluster,
+                work_root=_work_root() if speaker_bfd else None,
             )
             lab = cls(topo, rtr, rec, sdir)
             lab._save()
@@ -808,6 +813,16 @@ class Lab:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def _work_dir(self, i: int, which: str = "") -> Path:
+        """Node I's speaker's work directory (``which``: "duplicate" for its second).
+
+        With speaker BFD it sits in a directory of its own under /tmp (recorded, removed
+        by down()): the speaker's bfdd runs as FRR's user and must reach it, which a
+        test's temporary directory (mode 700) does not allow."""
+        if self._rec.work_root:
+            return Path(self._rec.work_root) / f"node{i}{'-' + which if which else ''}"
+        return self._node_dir(i) / (f"{which}/work" if which else "work")
+
     def _spawn(self, ns: Netns, argv: list[str], log: Path) -> int:
         with log.open("ab") as out:
             # A session of its own: the lab outlives `lab up` and a Ctrl-C in its terminal.
@@ -840,7 +855,9 @@ class Lab:
     def start_speaker(self, i: int) -> int:
         """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
         d = self._node_dir(i)
-        argv = self._speaker_argv(self._config_args(), f"node{i}", d / "work", STATUS_ADDRESS)
+        argv = self._speaker_argv(
+            self._config_args(), f"node{i}", self._work_dir(i), STATUS_ADDRESS
+        )
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.speakers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
@@ -860,7 +877,9 @@ class Lab:
                 doc["spec"]["listen"] = False
         (d / "config.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
         config = ["--config", str(d / "config.yaml")]
-        argv = self._speaker_argv(config, node_name, d / "work", DUPLICATE_STATUS_ADDRESS)
+        argv = self._speaker_argv(
+            config, node_name, self._work_dir(i, "duplicate"), DUPLICATE_STATUS_ADDRESS
+        )
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.duplicates[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
@@ -993,7 +1012,7 @@ class Lab:
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's control
         socket (in its work directory)."""
-        argv = [*kube_bgpd_argv(), *args, "--work-dir", str(self._node_dir(i) / "work")]
+        argv = [*kube_bgpd_argv(), *args, "--work-dir", str(self._work_dir(i))]
         return self.topology.nodes[i - 1].run(argv, check=False, timeout=30)
 
     def speaker_status(self, i: int) -> dict[str, Any]:
@@ -1208,7 +1227,16 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
     return removed
 
 
+def _work_root() -> str:
+    """A directory for the speakers' work directories that FRR's user can traverse."""
+    root = Path(tempfile.mkdtemp(prefix="kube-bgpd-lab-work-"))
+    root.chmod(0o711)
+    return str(root)
+
+
 def _remove_dirs(rec: _Recorded) -> None:
+    if rec.work_root:
+        shutil.rmtree(rec.work_root, ignore_errors=True)
     if rec.frr_rundir:
         shutil.rmtree(rec.frr_rundir, ignore_errors=True)
     if rec.owns_directory:
