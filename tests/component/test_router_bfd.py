@@ -5,6 +5,9 @@ and node2, and a plain FRR bfdd on each node (kbgpd_lab.lab.nodebfd).
 * a blackholed node (every packet dropped in its namespace, its link up) leaves the
   router's FIB within the BFD detect time plus a margin, its BGP session torn down by
   BFD while the other node's session and BFD stay Up; undone, it comes back;
+* FRR's ``check-control-plane-failure`` with graceful restart (docs/routers.md says not
+  to use it): the node's bfdd sends the C bit clear, and FRR 8.4 ignores its BFD Down
+  even outside a restart, so a dead node stays until the hold timer;
 * BIRD's ``bfd graceful`` (measured here): with graceful restart negotiated, BFD down
   starts a graceful restart instead of a teardown, so the dead node's route stays in the
   FIB as stale: it defeats BFD's fast failover for a node that really died.
@@ -18,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from bgpd.model import IPAddress
 from kbgpd_lab.lab.blackhole import BFD6, blackhole, blackholed, is_blackholed, restore, ruleset
 from kbgpd_lab.lab.nodebfd import NodeBfdd
 from kbgpd_lab.lab.routers import Router, RouterBfd
@@ -47,6 +51,21 @@ def node_bfdd(topology: Topology) -> Iterator[Callable[..., NodeBfdd]]:
     finally:
         for bfdd in started:
             bfdd.close()
+
+
+def graceful_restart_node(
+    router: Router,
+    start_exabgp: Callable[..., Any],
+    node_bfdd: Callable[..., NodeBfdd],
+    topology: Topology,
+) -> IPAddress:
+    """node1 announcing ROUTE with graceful restart (60 s) and BFD Up at ``router``."""
+    n1 = topology.node_address(1)
+    start_exabgp(1, extra="  capability { graceful-restart 60; }\n")
+    node_bfdd(1)
+    router.wait_fib(ROUTE, {n1}, timeout=30)
+    router.wait_bfd(lambda s: s.get(n1) == "up", timeout=10)
+    return n1
 
 
 def test_the_ruleset_drops_both_ways_on_every_link() -> None:
@@ -106,11 +125,7 @@ def test_bird_bfd_graceful_keeps_a_dead_node_as_stale(
 ) -> None:
     graceful = RouterBfd(100, 100, 3, graceful=True)
     router = make_router("bird", bfd=graceful, graceful_restart=True, restart_time=60)
-    n1 = topology.node_address(1)
-    start_exabgp(1, extra="  capability { graceful-restart 60; }\n")
-    node_bfdd(1)
-    router.wait_fib(ROUTE, {n1}, timeout=30)
-    router.wait_bfd(lambda s: s.get(n1) == "up", timeout=10)
+    n1 = graceful_restart_node(router, start_exabgp, node_bfdd, topology)
     with blackholed(topology.nodes[0]):
         router.wait_bfd(lambda s: s.get(n1) == "down", timeout=BOUND)
         router.wait_neighbors(lambda n: n.get(n1) != "Established", timeout=BOUND)
@@ -118,5 +133,24 @@ def test_bird_bfd_graceful_keeps_a_dead_node_as_stale(
         # bfd on would have removed it by now (the other test); graceful keeps it.
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
+            assert router.fib(ROUTE) == {n1}
+            time.sleep(0.05)
+
+
+def test_frr_check_control_plane_failure_ignores_a_dead_nodes_bfd_down(
+    make_router: Callable[..., Router],
+    start_exabgp: Callable[..., Any],
+    node_bfdd: Callable[..., NodeBfdd],
+    topology: Topology,
+) -> None:
+    timers = RouterBfd(100, 100, 3, check_control_plane=True)
+    router = make_router("frr", bfd=timers, graceful_restart=True, restart_time=60)
+    n1 = graceful_restart_node(router, start_exabgp, node_bfdd, topology)
+    with blackholed(topology.nodes[0]):
+        router.wait_bfd(lambda s: s.get(n1) == "down", timeout=BOUND)
+        # The BGP session and the route outlive BFD: only the hold timer (9 s) ends them.
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            assert router.neighbors()[n1] == "Established"
             assert router.fib(ROUTE) == {n1}
             time.sleep(0.05)
