@@ -12,7 +12,7 @@ Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.m
 * ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
 * ``<topic_prefix>/<node>/bfd/<peer>``: the peer's BFD session state, retained (only
   for peers with a bfdProfile).
-* ``<topic_prefix>/<node>/peers/<peer>/bfd-teardown``: the session was torn down because
+* ``<topic_prefix>/<node>/bfd/<peer>/teardown``: the BGP session was torn down because
   its BFD session went down (bgpd.bfd.gate), not retained.
 * ``<topic_prefix>/<node>/status``: ``online`` (retained) once connected; the broker
   publishes ``offline`` (our Last Will) if the connection dies.
@@ -114,7 +114,7 @@ def _json(doc: dict[str, object]) -> bytes:
 
 
 def bfd_teardown_topic(topic_prefix: str, node: str, peer: PeerName) -> str:
-    return f"{peer_topic(topic_prefix, node, peer)}/bfd-teardown"
+    return f"{bfd_topic(topic_prefix, node, peer)}/teardown"
 
 
 def event_payload(event: SpeakerEvent) -> dict[str, object]:

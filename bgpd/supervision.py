@@ -6,10 +6,11 @@ Why each piece:
 
 * ``PR_SET_PDEATHSIG`` (prctl, set in the child between fork and exec): if the daemon
   dies, however it dies, the kernel kills the child, whose sessions then close at once;
-  an orphaned ExaBGP would keep announcing routes nobody manages, an orphaned bfdd would
-  keep telling routers the node is alive. SIGKILL, because SIGTERM is
-  ignored while ExaBGP is blocked writing to its helper. The flag survives ``exec``, so
-  it also holds through an argv prefix such as ``ip netns exec NS`` (which execs).
+  an orphaned ExaBGP would keep announcing routes nobody manages. SIGKILL, because
+  SIGTERM is ignored while ExaBGP is blocked writing to its helper. The flag survives
+  ``exec``, so it also holds through an argv prefix such as ``ip netns exec NS`` (which
+  execs); the kernel clears it when the child changes its user (prctl(2)), so a child
+  that switches users itself (bfdd, to frr) needs another guard (bgpd.bfd.runtime).
 * A new session (``start_new_session``): a Ctrl-C in a terminal must reach only the
   daemon, which withdraws routes before stopping ExaBGP itself.
 * Restarts back off (base doubling to a cap, jittered by 50-100 % so a fleet does not

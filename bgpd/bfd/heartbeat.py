@@ -2,8 +2,9 @@
 
 ``BfdWatchdog(timeout=..., unanswered=...)``: ``run()`` (a task of the speaker's
 TaskGroup) starts the watchdog process and, every ``period`` seconds, writes ``beat``, or
-``stuck`` once ExaBGP has owed an answer for longer than ``timeout`` (``unanswered()``:
-seconds the oldest command in flight has waited, DriverCore.unanswered_for). A loop that
+``stuck`` once two beats in a row found ExaBGP owing an answer for longer than
+``timeout`` (``unanswered()``: seconds the oldest command in flight has waited,
+DriverCore.unanswered_for). A loop that
 stalls writes nothing, which is the point. ``watch(pid)``: bfdd's PID to kill (None: no
 bfdd). The watchdog's lines (one per kill) come back as ``bfd.watchdog_killed`` log
 lines and the ``kills`` count.
@@ -104,10 +105,16 @@ class BfdWatchdog:
             await asyncio.sleep(1.0)
 
     async def _beat(self) -> None:
+        """Beat every period; "stuck" only when two beats in a row found ExaBGP's answer
+        overdue: after the loop itself stalled, answers ExaBGP wrote meanwhile wait
+        unread, and the reader gets a turn between two beats (DriverCore.ack_timed_out
+        has the same rule)."""
         every = period(self.timeout)
+        overdue = False
         while True:
-            stuck = self.unanswered() > self.timeout
-            self._write("stuck\n" if stuck else "beat\n")
+            late = self.unanswered() > self.timeout
+            self._write("stuck\n" if late and overdue else "beat\n")
+            overdue = late
             await asyncio.sleep(every)
 
     async def _read(self) -> int:

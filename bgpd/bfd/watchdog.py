@@ -15,11 +15,17 @@ be dropped. Hence a process of its own, fed by the speaker's event loop over a p
 
 No ``beat`` for ``--timeout`` seconds, or a ``stuck``, SIGKILLs bfdd (once per PID; the
 speaker's BFD runtime starts a new one when its loop runs again, and says so with a new
-``pid`` line). EOF on stdin means the speaker is gone: the watchdog exits (PR_SET_PDEATHSIG
-too, should the pipe outlive it). One line on stderr per kill says why.
+``pid`` line). The speaker gone (EOF on stdin, or SIGTERM from PR_SET_PDEATHSIG) also
+SIGKILLs the bfdd it named, then the watchdog exits. One line on stderr per kill says why.
 
 Hazards, and what this does about them:
 
+* **bfdd outlives a killed speaker**: bfdd starts as root and switches to user frr, and
+  the kernel clears PR_SET_PDEATHSIG when a process changes its user (prctl(2)). Measured
+  (tests/component/test_bfd_watchdog.py): after a SIGKILL of the speaker, its bfdd ran on,
+  answering BFD for a node with no speaker, and holding the BFD port a new speaker's bfdd
+  needs. The watchdog does not change user, so it keeps its own PR_SET_PDEATHSIG (SIGTERM,
+  so it can act on it) and kills bfdd when the speaker is gone.
 * **PID reuse**: bfdd may have died and its PID been given to another process by the time
   the watchdog fires. The kill happens only if /proc/P/stat still shows the start time
   the speaker sent with the PID.
@@ -116,18 +122,25 @@ class Watchdog:
                 continue
             data = os.read(self.stdin, 4096)
             if not data:
-                return 0  # the speaker is gone
+                self.fire("speakerGone")
+                return 0
             *lines, self.partial = (self.partial + data).split(b"\n")
             for line in lines:
                 self.on_line(line)
 
 
-def _die_with_parent(parent: int) -> None:
-    """PR_SET_PDEATHSIG, set by the watchdog itself after exec (no pre-exec hook in the
-    speaker, whose other threads make work between fork and exec unsafe), then checked:
-    the speaker may have died before."""
+def _follow_parent(dog: Watchdog, parent: int) -> None:
+    """PR_SET_PDEATHSIG (SIGTERM, handled: bfdd is killed first), set by the watchdog
+    itself after exec (no pre-exec hook in the speaker, whose other threads make work
+    between fork and exec unsafe), then checked: the speaker may have died before."""
+
+    def gone(_signum: int, _frame: object) -> None:
+        dog.fire("speakerGone")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, gone)
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
     if os.getppid() != parent:
         sys.exit(0)
 
@@ -135,8 +148,9 @@ def _die_with_parent(parent: int) -> None:
 def main(argv: list[str]) -> int:
     """``watchdog.py TIMEOUT PARENT_PID``."""
     timeout, parent = float(argv[1]), int(argv[2])
-    _die_with_parent(parent)
-    return Watchdog(timeout).run()
+    dog = Watchdog(timeout)
+    _follow_parent(dog, parent)
+    return dog.run()
 
 
 if __name__ == "__main__":

@@ -801,6 +801,11 @@ class DriverCore:
             if n is None:
                 self._eor_due.discard(name)
                 continue
+            if name in self._held:
+                # Not before its routes: an End-of-RIB with none would have a router in
+                # graceful restart flush the routes it kept for us (RFC 4724), e.g. while
+                # a restarted speaker waits for BFD (bgpd.bfd.gate). It follows them.
+                continue
             if self._acked.get(name, {}) == eff.get(name, {}):
                 out.append(eor_command(name, n.selector, n.family))
         return out

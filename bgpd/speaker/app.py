@@ -304,6 +304,7 @@ class Speaker:
             node=node, driver=self.driver, publish=None if self.mqtt is None else self.mqtt.publish
         )
         self.registry.register(BfdGateCollector(self.bfd_follow))
+        #: Kills bfdd when this speaker hangs (bgpd.bfd.watchdog); runs beside bfdd.
         self.bfd_watchdog = BfdWatchdog(
             timeout=sc.bfd_watchdog,
             unanswered=lambda: self.driver.core.unanswered_for(time.monotonic()),
@@ -493,10 +494,8 @@ class Speaker:
             log(_logger, logging.INFO, "exabgp.config_written", after=self._write_failures)
         self._held_rendered = self.driver.core.held_down(time.time())
         self._set_bfd_peers(rendering)
-        # Without a bfdd runtime no BFD session exists: strict must not hold routes back
-        # for sessions that will never come up.
-        sessions = [n.name for n in rendering.neighbors] if self.bfd is not None else []
-        self.bfd_follow.configure(self.config, sessions)
+        # BGP follows BFD for the sessions bfdd runs (none: nothing is held back).
+        self.bfd_follow.configure(self.config, [p.peer for p in self._bfd_peers])
         self._write_failures = 0
         self.write_error = ""
         if verdict.action is not ConfigAction.NONE:
@@ -526,11 +525,11 @@ class Speaker:
             self._bfd_changed.set()
 
     def on_bfd_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:
-        """bfdd's sessions read back (each time one changed): kept for metrics and
-        status; a changed state is logged and published (MQTT); BGP follows them
-        (bfd_follow)."""
-        before, self.bfd_states = self.bfd_states, states
+        """bfdd's sessions read back (each time one changed): BGP follows them
+        (bgpd.speaker.bfd_follow: routes held back, sessions torn down); kept for metrics
+        and status; a changed state is logged and published (MQTT)."""
         self.bfd_follow.on_states(states)
+        before, self.bfd_states = self.bfd_states, states
         for name, s in sorted(states.items()):
             was = before.get(name)
             if was is not None and was.state is s.state:
@@ -574,7 +573,8 @@ class Speaker:
 
     def _on_bfd_started(self, pid: int) -> None:
         log(_logger, logging.INFO, "bfd.started", pid=pid, peers=len(self._bfd_peers))
-        self.on_bfd_started(pid)
+        # The watchdog kills this bfdd when the speaker hangs (bgpd.bfd.watchdog).
+        self.bfd_watchdog.watch(pid)
 
     def _after_apply(self, result: PassResult) -> None:
         """Record the decide phase now; _convergence() times the acknowledge phase, only
@@ -952,11 +952,12 @@ class Speaker:
         try:
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self.bfd.run(), name="bfdd")
+                tg.create_task(self.bfd_watchdog.run(), name="bfd-watchdog")
                 while True:
                     self._bfd_changed.clear()
                     await self.bfd.configure(self._bfd_peers)
                     await self._bfd_changed.wait()
-        except* BfdError as group:
+        except* (BfdError, OSError) as group:  # cannot run here; its files cannot be written
             first = _leaves(group)[0]
             raise TaskFailed("bfd", first) from first
 
@@ -1007,10 +1008,6 @@ class Speaker:
         )
         self.bfd_watchdog.watch(None)
         return ok
-
-    def on_bfd_started(self, pid: int) -> None:
-        """A bfdd started (the bfdd runtime calls it): the watchdog kills this one."""
-        self.bfd_watchdog.watch(pid)
 
     def request_stop(self) -> None:
         self._drain_step(drain.stop(self.drain_state))
@@ -1063,7 +1060,6 @@ class Speaker:
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
                 tg.create_task(self._freeze_heap_once(), name="heap-freeze")
-                tg.create_task(self.bfd_watchdog.run(), name="bfd-watchdog")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self.mqtt is not None:

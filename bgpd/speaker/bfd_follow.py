@@ -53,7 +53,7 @@ class BfdControl(Protocol):
     def pid(self) -> int | None: ...
 
 
-def bfd_peers(config: Config) -> set[PeerName]:
+def bfd_enabled(config: Config) -> set[PeerName]:
     """The BGPPeers with a bfdProfile: one BFD session each."""
     return {p.name for p in config.peers if p.bfd_profile}
 
@@ -77,7 +77,7 @@ class BfdFollow:
 
     def configure(self, config: Config, sessions: Iterable[PeerName]) -> None:
         """The BFD-enabled peers among this node's sessions, and bfdStrict."""
-        enabled = bfd_peers(config) & set(sessions)
+        enabled = bfd_enabled(config) & set(sessions)
         self._step(gate.configure(self.state, enabled=enabled, strict=config.speaker.bfd_strict))
 
     def on_states(self, states: Mapping[PeerName, BfdPeerState]) -> None:

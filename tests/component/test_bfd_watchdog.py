@@ -1,10 +1,11 @@
 """The BFD watchdog against real processes: two FRR bfdd (FRR 8.4, standalone, 100 ms x 3)
 in two network namespaces, one of them run by a stand-in for the speaker (its asyncio
-loop beats the watchdog, bgpd.bfd.heartbeat, and starts bfdd again when it dies, as the
-speaker's BFD runtime does). SIGSTOP of that process (every thread stopped): the far
-bfdd sees the session Down within the watchdog's bound plus the detect time; SIGCONT:
-bfdd is started again and the session comes back Up. The watchdog is killed with the
-stand-in's death (pipe EOF)."""
+loop beats the watchdog, bgpd.bfd.heartbeat, and runs the product's bfdd runtime,
+bgpd.bfd.runtime, which starts bfdd again when it dies). SIGSTOP of that process (every
+thread stopped): the far bfdd sees the session Down within the watchdog's bound plus the
+detect time; SIGCONT: bfdd is started again and the session comes back Up. A SIGKILL of
+the stand-in: the watchdog kills bfdd (which lost PR_SET_PDEATHSIG when it switched to
+user frr) and leaves."""
 
 from __future__ import annotations
 
@@ -32,28 +33,39 @@ pytestmark = [pytest.mark.component, pytest.mark.root]
 TIMEOUT = 1.0  # the watchdog's bound (s)
 DETECT = 0.3  # 100 ms x 3
 
-#: The stand-in: the speaker's watchdog wiring, without BGP. argv: bfdd argv (JSON), bound.
+#: The stand-in: the speaker's BFD wiring without BGP: the product's bfdd runtime
+#: (bgpd.bfd.runtime) and watchdog (bgpd.bfd.heartbeat), each started bfdd handed to the
+#: watchdog. argv: work directory, peer address, local address, bound.
 STAND_IN = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import asyncio, ipaddress, sys
+    from pathlib import Path
     from bgpd.bfd.heartbeat import BfdWatchdog
+    from bgpd.bfd.render import BfdPeerConfig
+    from bgpd.bfd.runtime import BfdRuntime
+    from bgpd.model import PeerName
 
     async def main() -> None:
-        argv, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
-        wd = BfdWatchdog(timeout=timeout, unanswered=lambda: 0.0)
+        work, peer, local, timeout = sys.argv[1:5]
+        wd = BfdWatchdog(timeout=float(timeout), unanswered=lambda: 0.0)
 
-        async def keep_bfdd() -> None:
-            while True:
-                proc = await asyncio.create_subprocess_exec(*argv)
-                wd.watch(proc.pid)
-                print(f"bfdd {proc.pid}", flush=True)
-                await proc.wait()
-                wd.watch(None)
-                await asyncio.sleep(0.1)
+        def started(pid: int) -> None:
+            wd.watch(pid)
+            print(f"bfdd {pid}", flush=True)
 
+        rt = BfdRuntime(work_dir=Path(work), on_states=lambda _: None, on_started=started)
+        session = BfdPeerConfig(
+            peer=PeerName("router"),
+            address=ipaddress.ip_address(peer),
+            local_address=ipaddress.ip_address(local),
+            profile="fast",
+            receive_interval=100,
+            transmit_interval=100,
+        )
+        await rt.configure([session])
         async with asyncio.TaskGroup() as tg:
             tg.create_task(wd.run())
-            tg.create_task(keep_bfdd())
+            tg.create_task(rt.run())
 
     asyncio.run(main())
     """
@@ -110,24 +122,32 @@ class Bfdd:
 
 
 @pytest.fixture
-def pair(topology: Topology) -> Iterator[tuple[Bfdd, Bfdd]]:
-    """(node1's bfdd files, the router's bfdd files), removed after the test."""
-    node, router = str(topology.node_address(1)), str(topology.router_address())
-    near, far = Bfdd.create(router, node), Bfdd.create(node, router)
+def far(topology: Topology) -> Iterator[Bfdd]:
+    """The router's bfdd files, removed after the test."""
+    bfdd = Bfdd.create(str(topology.node_address(1)), str(topology.router_address()))
     try:
-        yield near, far
+        yield bfdd
     finally:
-        near.close()
-        far.close()
+        bfdd.close()
+
+
+@pytest.fixture
+def work_dir() -> Iterator[Path]:
+    """The stand-in's work directory, under /tmp: bfdd (as frr) must reach it."""
+    d = Path(tempfile.mkdtemp(prefix="kube-bgpd-bfdw-"))
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_stopped_speaker_is_dropped_and_comes_back(
-    topology: Topology, pair: tuple[Bfdd, Bfdd]
+    topology: Topology, far: Bfdd, work_dir: Path
 ) -> None:
-    near, far = pair
     topology.router.popen(far.argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node, router = str(topology.node_address(1)), str(topology.router_address())
     stand_in = topology.nodes[0].popen(
-        [sys.executable, "-c", STAND_IN, json.dumps(near.argv()), str(TIMEOUT)],
+        [sys.executable, "-c", STAND_IN, str(work_dir), router, node, str(TIMEOUT)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -146,6 +166,7 @@ def test_stopped_speaker_is_dropped_and_comes_back(
         assert not process_alive(first)
     finally:
         os.kill(stand_in.pid, signal.SIGCONT)
+    # The runtime starts bfdd again (its supervisor's back-off) and BFD comes back.
     second = int(stand_in.stdout.readline().split()[1])
     assert second != first
     wait_until(lambda: far.status() == "up", within=20, what="BFD up again after SIGCONT")
@@ -153,10 +174,10 @@ def test_stopped_speaker_is_dropped_and_comes_back(
     (watchdog,) = [p for p in processes_in(topology.nodes[0].name) if _is_watchdog(p)]
     stand_in.kill()
     stand_in.wait(timeout=10)
-    # The watchdog follows its speaker (pipe EOF, PR_SET_PDEATHSIG); bfdd is the test's
-    # to stop here (the speaker's BFD runtime does it in the product).
-    os.kill(second, signal.SIGKILL)
+    # The watchdog follows its speaker (pipe EOF, PR_SET_PDEATHSIG) and takes bfdd with
+    # it: bfdd's own PR_SET_PDEATHSIG is cleared by its switch to user frr.
     wait_until(lambda: not process_alive(watchdog), within=10, what="the watchdog gone")
+    wait_until(lambda: not process_alive(second), within=10, what="bfdd gone")
 
 
 def _is_watchdog(pid: int) -> bool:

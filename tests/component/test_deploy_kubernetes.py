@@ -284,14 +284,20 @@ def test_speaker_pod(path: str) -> None:
 
 def capabilities_for(config: Any) -> set[str]:
     """What the speaker needs beyond none: binding 179 for SpeakerConfig listen, binding
-    a socket to a VRF device for a BGPPeer vrf."""
+    a socket to a VRF device for a BGPPeer vrf, starting bfdd for a BGPPeer bfdProfile."""
     needed = {"NET_BIND_SERVICE"} if config.speaker.listen else set()
     if any(p.vrf for p in config.peers):
         needed.add("NET_RAW")
+    if any(p.bfd_profile for p in config.peers):
+        needed |= BFDD_CAPABILITIES
     return needed
 
 
-def check_capabilities(ds: dict[str, Any], needed: set[str]) -> None:
+#: What FRR's bfdd insists on at start (bgpd.bfd.runtime, measured).
+BFDD_CAPABILITIES = {"SETUID", "SETGID", "NET_RAW", "NET_BIND_SERVICE", "SYS_ADMIN"}
+
+
+def check_capabilities(ds: dict[str, Any], needed: set[str], *, listen: bool = False) -> None:
     pod_sc = ds["spec"]["template"]["spec"]["securityContext"]
     caps = container(ds)["securityContext"]["capabilities"]
     assert caps["drop"] == ["ALL"]
@@ -304,7 +310,8 @@ def check_capabilities(ds: dict[str, Any], needed: set[str]) -> None:
         assert pod_sc["runAsNonRoot"] is True
         assert pod_sc["runAsUser"] != 0
     bgp = {"name": "bgp", "containerPort": 179, "protocol": "TCP"}
-    assert (bgp in container(ds)["ports"]) == ("NET_BIND_SERVICE" in needed)
+    # Port 179 only for listen (bfdd's NET_BIND_SERVICE is for its privilege code).
+    assert (bgp in container(ds)["ports"]) == listen
 
 
 @pytest.mark.parametrize("path", KUSTOMIZATIONS)
@@ -312,7 +319,8 @@ def test_capabilities_follow_the_config(path: str) -> None:
     """No capability at all unless ExaBGP must bind port 179 (SpeakerConfig listen) or
     a VRF device (BGPPeer vrf)."""
     ds = one(rendered(path), "DaemonSet", "kube-bgpd-speaker")
-    check_capabilities(ds, capabilities_for(speaker_config(path)))
+    config = speaker_config(path)
+    check_capabilities(ds, capabilities_for(config), listen=bool(config.speaker.listen))
 
 
 VRF_PEER = f"""
@@ -349,7 +357,40 @@ def test_vrf_component_adds_net_raw(components: list[str], listen: bool, tmp_pat
     config.write_text(example + "---" + VRF_PEER)
     loaded, _warnings = load_config_or_raise([str(config)])
     assert bool(loaded.speaker.listen) == listen
-    check_capabilities(one(docs, "DaemonSet", "kube-bgpd-speaker"), capabilities_for(loaded))
+    check_capabilities(
+        one(docs, "DaemonSet", "kube-bgpd-speaker"), capabilities_for(loaded), listen=listen
+    )
+    result = validate_strictly(docs, tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+BFD_PEER = """
+apiVersion: metallb.io/v1beta1
+kind: BFDProfile
+metadata: {name: fast, namespace: metallb-system}
+spec: {receiveInterval: 300, transmitInterval: 300}
+---
+apiVersion: metallb.io/v1beta2
+kind: BGPPeer
+metadata: {name: tor-bfd, namespace: metallb-system}
+spec:
+  myASN: 64513
+  peerASN: 64512
+  peerAddress: 172.31.251.1
+  bfdProfile: fast
+"""
+
+
+def test_bfd_component_adds_what_bfdd_needs(tmp_path: Path) -> None:
+    """components/bfd gives the speaker what bfdd insists on (as root), no port 179; the
+    result passes the strict schema check."""
+    docs = kit.overlay(tmp_path / "overlay", ["bfd"])
+    config = tmp_path / "config.yaml"
+    config.write_text(kit.EXAMPLE_CONFIG.read_text() + "---" + BFD_PEER)
+    loaded, _warnings = load_config_or_raise([str(config)])
+    check_capabilities(
+        one(docs, "DaemonSet", "kube-bgpd-speaker"), capabilities_for(loaded), listen=False
+    )
     result = validate_strictly(docs, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -125,7 +125,7 @@ def test_stopping_tears_nothing_down() -> None:
 
 def test_mqtt_teardown_message() -> None:
     (m,) = messages("kb", BfdTeardownEvent(NODE, FAST, "control detection time expired", 1.5))
-    assert m.topic == "kb/n1/peers/fast/bfd-teardown"
+    assert m.topic == "kb/n1/bfd/fast/teardown"
     assert not m.retain
     assert json.loads(m.payload) == {
         "node": "n1",

@@ -18,10 +18,14 @@ def net(text: str) -> IPNetwork:
     return ipaddress.ip_network(text)
 
 
-def neighbor(name: PeerName, peer: str) -> Neighbor:
+def neighbor(name: PeerName, peer: str, *, gr: bool = False) -> Neighbor:
     return Neighbor(
         peer=BGPPeer(
-            name=name, my_asn=65000, peer_asn=65001, peer_address=ipaddress.ip_address(peer)
+            name=name,
+            my_asn=65000,
+            peer_asn=65001,
+            peer_address=ipaddress.ip_address(peer),
+            enable_graceful_restart=gr,
         ),
         local_address=ipaddress.ip_address("192.0.2.10"),
         router_id=ipaddress.IPv4Address("192.0.2.10"),
@@ -30,7 +34,7 @@ def neighbor(name: PeerName, peer: str) -> Neighbor:
 
 def core() -> DriverCore:
     c = DriverCore(node=NodeName("n1"), window=4, probe_interval=None)
-    c.configure([neighbor(A, "192.0.2.1"), neighbor(B, "192.0.2.2")])
+    c.configure([neighbor(A, "192.0.2.1", gr=True), neighbor(B, "192.0.2.2")])
     c.reset(0.0)
     c.connect()
     return c
@@ -112,3 +116,26 @@ def test_unanswered_for() -> None:
     c.apply(DESIRED)
     c.next_commands(1.0)
     assert c.unanswered_for(4.0) == 3.0
+
+
+def test_end_of_rib_waits_for_the_held_routes() -> None:
+    """A graceful-restart router keeps the routes of a restarted speaker as stale until
+    End-of-RIB: sent while the peer is held (BFD not Up yet), it would flush them."""
+    c = core()
+    c.set_held({A})
+    c.apply(DESIRED)
+    c.on_event(
+        {
+            "type": "state",
+            "neighbor": {
+                "address": {"peer": "192.0.2.1", "local": "192.0.2.10"},
+                "state": "up",
+            },
+        },
+        1.0,
+    )
+    assert all("eor" not in t for t in answer_all(c))
+    c.set_held(set())
+    texts = answer_all(c)
+    assert [t.split(" announce ")[1].split(" ")[0] for t in texts] == ["attributes", "eor"]
+    assert texts[-1] == "neighbor 192.0.2.1 local-ip 192.0.2.10 announce eor ipv4 unicast"

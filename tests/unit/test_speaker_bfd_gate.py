@@ -11,6 +11,7 @@ from bgpd.bfd.state import BfdPeerState, BfdState
 from bgpd.cli.status import render
 from bgpd.clusterfile import ClusterFileSource
 from bgpd.model import (
+    BFDProfile,
     BGPPeer,
     ClusterSnapshot,
     Config,
@@ -25,18 +26,6 @@ FAST, PLAIN = PeerName("fast"), PeerName("plain")
 NODE = NodeName("n1")
 
 
-class Bfd:
-    """The bfdd runtime's part the speaker calls at a stop (unused here)."""
-
-    pid = None
-
-    async def run(self) -> None: ...
-
-    async def admin_down(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
 def reading(state: BfdState) -> dict[PeerName, BfdPeerState]:
     return {
         FAST: BfdPeerState(
@@ -48,7 +37,7 @@ def reading(state: BfdState) -> dict[PeerName, BfdPeerState]:
     }
 
 
-def speaker(tmp_path: Path, *, bfd: bool = True) -> Speaker:
+def speaker(tmp_path: Path, *, profiles: bool = True) -> Speaker:
     def peer(name: PeerName, address: str, profile: str | None) -> BGPPeer:
         return BGPPeer(
             name=name,
@@ -61,6 +50,7 @@ def speaker(tmp_path: Path, *, bfd: bool = True) -> Speaker:
 
     config = Config(
         peers=(peer(FAST, "192.0.2.1", "fast"), peer(PLAIN, "192.0.2.2", None)),
+        bfd_profiles=(BFDProfile(name="fast"),) if profiles else (),
         speaker=SpeakerConfig(work_dir=tmp_path),
     )
     s = Speaker(
@@ -71,8 +61,6 @@ def speaker(tmp_path: Path, *, bfd: bool = True) -> Speaker:
         work_dir=tmp_path,
         status_address="127.0.0.1:0",
     )
-    if bfd:
-        s.bfd = Bfd()
     node = Node(name=NODE, addresses=(("InternalIP", "192.0.2.10"),))
     s._install(s.render_now(ClusterSnapshot(nodes={NODE: node}), {}))
     return s
@@ -93,8 +81,9 @@ async def test_strict_holds_until_up_and_tears_down_on_down(tmp_path: Path) -> N
     assert cmd.text == "neighbor 192.0.2.1 local-ip 192.0.2.10 teardown 10"
 
 
-async def test_without_a_bfd_runtime_nothing_is_held(tmp_path: Path) -> None:
-    s = speaker(tmp_path, bfd=False)
+async def test_without_a_bfd_session_nothing_is_held(tmp_path: Path) -> None:
+    """A bfdProfile that names no BFDProfile gives no BFD session: nothing waits for one."""
+    s = speaker(tmp_path, profiles=False)
     assert s.status()["bfd_gate"]["held"] == []
 
 
