@@ -207,3 +207,40 @@ def test_sysusers_creates_the_units_account(tmp_path: Path) -> None:
     assert 0 < int(account[2]) < 1000  # a system account
     for name in ("kube-bgpd-speaker.service", "kube-bgpd-controller.service"):
         assert unit(name)["Service"]["User"] == ["kube-bgpd"]
+
+
+def _with_bfd_drop_in(directory: Path, text: str | None = None) -> Path:
+    """The speaker unit with deploy/systemd/kube-bgpd-speaker-bfd.conf installed as its
+    drop-in, as docs/configuration.md (BFD) says."""
+    directory.mkdir()
+    path = local_copy("kube-bgpd-speaker.service", directory)
+    drop_ins = directory / "kube-bgpd-speaker.service.d"
+    drop_ins.mkdir()
+    conf = (SYSTEMD / "kube-bgpd-speaker-bfd.conf").read_text()
+    (drop_ins / "bfd.conf").write_text(conf if text is None else text)
+    return path
+
+
+def _verify(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_bfd_drop_in_verifies_and_gives_bfdd_what_it_needs(tmp_path: Path) -> None:
+    """The drop-in loads silently (a misspelt key in it would be reported) and runs the
+    speaker as root with exactly the capabilities bfdd insists on (bgpd.bfd.runtime)."""
+    result = _verify(_with_bfd_drop_in(tmp_path / "ok"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout + result.stderr == ""
+    conf = (SYSTEMD / "kube-bgpd-speaker-bfd.conf").read_text()
+    bad = _verify(_with_bfd_drop_in(tmp_path / "bad", conf.replace("Group=", "Grop=")))
+    assert "Unknown key 'Grop'" in bad.stderr
+    lines = [line for line in conf.splitlines() if line and not line.startswith("#")]
+    assert lines == [
+        "[Service]",
+        "User=root",
+        "Group=root",
+        "CapabilityBoundingSet=CAP_SETUID CAP_SETGID CAP_NET_RAW CAP_NET_BIND_SERVICE "
+        "CAP_SYS_ADMIN",
+    ]

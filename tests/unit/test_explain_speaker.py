@@ -224,3 +224,45 @@ def test_from_speaker_and_cluster_are_exclusive() -> None:
     out = _cli("--from-speaker", "--cluster", str(DATA / "cluster.yaml"))
     assert out.returncode == 2
     assert "not allowed with argument" in out.stderr
+
+
+def test_from_speaker_table_ends_with_the_bfd_sessions() -> None:
+    """A speaker with BFD-enabled peers: the same table as offline, then its BFD sessions
+    (a route reaches such a peer only over a path BFD confirmed)."""
+    decision = _live_decision("n2")
+    bfd = {
+        "pid": 7,
+        "restarts": 0,
+        "peers": [
+            {
+                "name": "tor",
+                "address": "192.0.2.1",
+                "local_address": "192.0.2.12",
+                "profile": "fast",
+                "state": "down",
+                "since": None,
+                "flaps": 2,
+                "detect_ms": None,
+                "diagnostic": "control detection time expired",
+            }
+        ],
+    }
+    doc = {"node": "n2", "explain": decision_json(decision), "bfd": bfd}
+    with fake_speaker(doc) as address:
+        live = _cli("--from-speaker", "--metrics-address", address, "--output", "table")
+    assert live.returncode == 0, live.stderr
+    head, _, tail = live.stdout.rpartition("\nBFD PEER")
+    assert head.rstrip("\n") + "\n" == explain_table([decision], None)
+    assert tail.splitlines()[1].split() == [
+        "tor",
+        "192.0.2.1",
+        "192.0.2.12",
+        "down",
+        "-",
+        "2",
+        "-",
+        "control",
+        "detection",
+        "time",
+        "expired",
+    ]
