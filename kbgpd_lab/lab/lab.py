@@ -45,6 +45,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -77,6 +78,7 @@ from kbgpd_lab.lab.routers import (
     ROUTER_ASN,
     FRRRouter,
     Router,
+    RouterBfd,
     RouterError,
     make_router,
 )
@@ -105,6 +107,8 @@ KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
 #: `kubectl apply` of the configuration objects, validated as a user's kubectl does (the
 #: simulator serves /openapi and checks the shipped CRDs' schemas).
 KUBECTL_APPLY = ("-n", CONFIG_NAMESPACE)
+#: The BFDProfile the lab's BGPPeers name (Lab.up(bfd=..., speaker_bfd=True)).
+BFD_PROFILE = "lab"
 #: The Secret holding the BGPPeers' MD5 key (Lab.up(md5_password=...)).
 MD5_OBJECT_NAME = "tor-md5"
 
@@ -227,13 +231,17 @@ def speaker_config(
     password: tuple[str, str] | None = None,
     vrf: str | None = None,
     dynamic_asn: str | None = None,
+    bfd: RouterBfd | None = None,
+    bfd_watchdog: float | None = None,
 ) -> str:
     """The speakers' config: the lab pools, one BGPPeer per family to the router (in the
     VRF ``vrf``; with ``dynamic_asn``, its dynamicASN instead of peerASN);
     ``password`` (text, "secret" or "inline"): the peers' MD5 key, named in the Secret
     MD5_OBJECT_NAME (the API) or written in the BGPPeer (a cluster file);
     ``link_bandwidth_per_endpoint`` is the advertisement's linkBandwidthPerEndpoint,
-    ``max_nodes`` its fan-out cap (unset: every node announces); with
+    ``max_nodes`` its fan-out cap (unset: every node announces); ``bfd``: a
+    BFDProfile ``BFD_PROFILE`` with these timers that every BGPPeer names, and
+    ``bfd_watchdog`` SpeakerConfig bfdWatchdog; with
     ``data_plane_check``, SpeakerConfig dataPlaneCheck against the node's kube-proxy
     stand-in (kbgpd_lab.lab.healthserver)."""
     advertisement: dict[str, Any] = {"ipAddressPools": ["lab"]}
@@ -248,6 +256,8 @@ def speaker_config(
     }
     if data_plane_check:
         spec["dataPlaneCheck"] = DATA_PLANE_CHECK
+    if bfd_watchdog is not None:
+        spec["bfdWatchdog"] = f"{bfd_watchdog}s"
     # Ranges, not CIDRs: the first Service gets 10.99.100.1, not the network address.
     pools = [POOL4_RANGE] + ([POOL6_RANGE] if topo.ipv6 else [])
     docs: list[dict[str, Any]] = [
@@ -260,6 +270,9 @@ def speaker_config(
         peer_options["vrf"] = vrf
     if dynamic_asn is not None:
         peer_options.update(peerASN=None, dynamicASN=dynamic_asn)
+    if bfd is not None:
+        docs.append(bfd_profile(bfd))
+        peer_options["bfdProfile"] = BFD_PROFILE
     docs += [
         manifests.bgp_peer(
             f"tor-v{fam}",
@@ -274,6 +287,20 @@ def speaker_config(
         for fam in ((4, 6) if topo.ipv6 else (4,))
     ]
     return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def bfd_profile(bfd: RouterBfd) -> dict[str, Any]:
+    """The BFDProfile (MetalLB's kind) with the router's timers (RouterConfig.bfd)."""
+    return manifests.config_object(
+        manifests.METALLB_V1BETA1,
+        "BFDProfile",
+        BFD_PROFILE,
+        {
+            "receiveInterval": bfd.receive_interval,
+            "transmitInterval": bfd.transmit_interval,
+            "detectMultiplier": bfd.detect_multiplier,
+        },
+    )
 
 
 def _password_fields(password: tuple[str, str] | None) -> dict[str, Any]:
@@ -366,6 +393,9 @@ class _Recorded:
     proxy: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Second speakers in a node's namespace (Lab.start_duplicate_speaker), per node.
     duplicates: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Where the speakers' work directories are, when not in the lab's directory
+    #: (speaker BFD: see Lab._work_dir); removed by down().
+    work_root: str | None = None
 
 
 class Lab:
@@ -419,6 +449,11 @@ class Lab:
         md5_password: str | None = None,
         vrf: str | None = None,
         dynamic_asn: str | None = None,
+        bfd: RouterBfd | None = None,
+        speaker_bfd: bool = False,
+        error_wait_time: tuple[int, int] | None = None,
+        bfd_watchdog: float | None = None,
+        connect_retry: int | None = None,
     ) -> Lab:
         """Build everything and wait until every session is up and the services routed.
 
@@ -446,6 +481,17 @@ class Lab:
         link to the router, is what a test can bind to).
         ``dynamic_asn`` sets the BGPPeers' dynamicASN instead of peerASN; ``"internal"``
         also gives the router the nodes' ASN (iBGP).
+        ``bfd`` gives the router BFD with every node at those timers; with
+        ``speaker_bfd`` the BGPPeers also name a BFDProfile of the same timers
+        (``bfdProfile``), so the speakers run BFD themselves. Without it the node side of
+        BFD is the caller's (e.g. :class:`kbgpd_lab.lab.nodebfd.NodeBfdd`).
+        ``error_wait_time``: BIRD's wait before a session that went down with an error
+        (BFD down, hold timer expired) may come back (RouterConfig.error_wait_time;
+        BIRD's default is 60 s at first), for tests that bring a node back.
+        ``bfd_watchdog``: the speakers' SpeakerConfig bfdWatchdog (seconds).
+        ``connect_retry``: the router's seconds between connection attempts to a node
+        (RouterConfig.connect_retry), for tests whose nodes go down often enough for a
+        speaker to hold its peer down (it then waits for the router to connect).
         """
         if cluster not in ("file", "api"):
             raise ValueError(f"cluster must be 'file' or 'api', not {cluster!r}")
@@ -476,6 +522,9 @@ class Lab:
                 bestpath_bandwidth=bestpath_bandwidth,
                 md5_password=md5_password,
                 asn=router_asn,
+                bfd=bfd,
+                error_wait_time=error_wait_time,
+                connect_retry=connect_retry,
             )
             rec = _Recorded(
                 prefix=topo.prefix,
@@ -488,6 +537,7 @@ class Lab:
                 frr_rundir=str(rtr.rundir) if isinstance(rtr, FRRRouter) else None,
                 owns_directory=directory is None,
                 cluster=cluster,
+                work_root=_work_root() if speaker_bfd else None,
             )
             lab = cls(topo, rtr, rec, sdir)
             lab._save()
@@ -507,6 +557,8 @@ class Lab:
                     else (md5_password, "secret" if cluster == "api" else "inline"),
                     vrf=vrf,
                     dynamic_asn=dynamic_asn,
+                    bfd=bfd if speaker_bfd else None,
+                    bfd_watchdog=bfd_watchdog,
                 )
             )
             if cluster == "api":
@@ -761,6 +813,16 @@ class Lab:
         d.mkdir(parents=True, exist_ok=True)
         return d
 
+    def _work_dir(self, i: int, which: str = "") -> Path:
+        """Node I's speaker's work directory (``which``: "duplicate" for its second).
+
+        With speaker BFD it sits in a directory of its own under /tmp (recorded, removed
+        by down()): the speaker's bfdd runs as FRR's user and must reach it, which a
+        test's temporary directory (mode 700) does not allow."""
+        if self._rec.work_root:
+            return Path(self._rec.work_root) / f"node{i}{'-' + which if which else ''}"
+        return self._node_dir(i) / (f"{which}/work" if which else "work")
+
     def _spawn(self, ns: Netns, argv: list[str], log: Path) -> int:
         with log.open("ab") as out:
             # A session of its own: the lab outlives `lab up` and a Ctrl-C in its terminal.
@@ -793,7 +855,9 @@ class Lab:
     def start_speaker(self, i: int) -> int:
         """Start node I's ``kube-bgpd speaker`` (with its ExaBGP); returns its PID."""
         d = self._node_dir(i)
-        argv = self._speaker_argv(self._config_args(), f"node{i}", d / "work", STATUS_ADDRESS)
+        argv = self._speaker_argv(
+            self._config_args(), f"node{i}", self._work_dir(i), STATUS_ADDRESS
+        )
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.speakers[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
@@ -813,7 +877,9 @@ class Lab:
                 doc["spec"]["listen"] = False
         (d / "config.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
         config = ["--config", str(d / "config.yaml")]
-        argv = self._speaker_argv(config, node_name, d / "work", DUPLICATE_STATUS_ADDRESS)
+        argv = self._speaker_argv(
+            config, node_name, self._work_dir(i, "duplicate"), DUPLICATE_STATUS_ADDRESS
+        )
         pid = self._spawn(self.topology.nodes[i - 1], argv, d / "speaker.log")
         self._rec.duplicates[str(i)] = {"pid": pid, "start_time": process_start_time(pid) or 0}
         self._save()
@@ -946,7 +1012,7 @@ class Lab:
     def speaker_cli(self, i: int, *args: str) -> subprocess.CompletedProcess[str]:
         """Run ``kube-bgpd ARGS`` in node I's namespace against its speaker's control
         socket (in its work directory)."""
-        argv = [*kube_bgpd_argv(), *args, "--work-dir", str(self._node_dir(i) / "work")]
+        argv = [*kube_bgpd_argv(), *args, "--work-dir", str(self._work_dir(i))]
         return self.topology.nodes[i - 1].run(argv, check=False, timeout=30)
 
     def speaker_status(self, i: int) -> dict[str, Any]:
@@ -1161,7 +1227,16 @@ def lab_down(state_dir: Path | str | None = None) -> list[str]:
     return removed
 
 
+def _work_root() -> str:
+    """A directory for the speakers' work directories that FRR's user can traverse."""
+    root = Path(tempfile.mkdtemp(prefix="kube-bgpd-lab-work-"))
+    root.chmod(0o711)
+    return str(root)
+
+
 def _remove_dirs(rec: _Recorded) -> None:
+    if rec.work_root:
+        shutil.rmtree(rec.work_root, ignore_errors=True)
     if rec.frr_rundir:
         shutil.rmtree(rec.frr_rundir, ignore_errors=True)
     if rec.owns_directory:

@@ -17,11 +17,14 @@ Public interface::
                  neighbor_ranges=(172.31.250.0/24, fd00:99:250::/64), static_neighbors=(),
                  md5_password=None, graceful_restart=False, restart_time=120,
                  hold_time=9, keepalive_time=3, ebgp_multihop=None, ttl_security=False,
-                 graceful_shutdown_policy=False)
+                 graceful_shutdown_policy=False, ..., bfd=None)
+    RouterBfd(receive_interval=300, transmit_interval=300, detect_multiplier=3,
+              graceful=False, check_control_plane=False)
     RibPath(next_hop, communities, large_communities, local_pref, med, as_path)
     Router: start() stop() restart() rib(family=4) fib(prefix) neighbors() changes_received()
             fib_weights(prefix) (next hop -> kernel ECMP weight)
             restarting_peers() (FRR, BIRD)
+            bfd_sessions() wait_bfd(predicate, timeout) (FRR, BIRD with RouterConfig.bfd)
             wait_rib(predicate, timeout) wait_fib(prefix, expected_nexthops, timeout)
             wait_established(count, timeout) wait_neighbors(predicate, timeout)
             wait_route(prefix, next_hops=None, timeout) log_tail() close()
@@ -66,6 +69,9 @@ T = TypeVar("T")
 
 Rib = dict[IPNetwork, list["RibPath"]]
 
+#: The name of the FRR router's BFD profile (``RouterConfig.bfd``).
+FRR_BFD_PROFILE = "lab"
+
 #: Lab router defaults: a private ASN for the ToR and one shared ASN for the nodes (eBGP).
 ROUTER_ASN = 64512
 NODE_ASN = 64513
@@ -93,6 +99,29 @@ class RibPath:
     #: Kept by graceful restart after the peer went away (FRR and GoBGP report it;
     #: BIRD's text output does not, so it is always False there).
     stale: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RouterBfd:
+    """The router's side of BFD (RFC 5880/5881, single hop) with every node.
+
+    FRR: a ``bfd`` profile in bfdd (``profile lab``) and ``neighbor GROUP bfd profile
+    lab`` on each peer group; bfdd runs beside bgpd. BIRD: ``protocol bfd`` with these
+    intervals on every interface and ``bfd on`` (``bfd graceful`` with ``graceful``) in
+    each BGP protocol. Intervals are in milliseconds, as both routers write them.
+    """
+
+    receive_interval: int = 300
+    transmit_interval: int = 300
+    detect_multiplier: int = 3
+    #: BIRD's ``bfd graceful``: a BFD session going down starts a graceful restart of the
+    #: BGP session (routes kept as stale, when GR was negotiated) instead of a teardown.
+    #: FRR's nearest equivalent is ``check_control_plane``.
+    graceful: bool = False
+    #: FRR's ``neighbor ... bfd check-control-plane-failure``: while a peer's graceful
+    #: restart runs, a BFD down is ignored when the peer's BFD says it shares fate with
+    #: its control plane (C bit clear, RFC 5880 section 4.1). BIRD has no such option.
+    check_control_plane: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +155,16 @@ class RouterConfig:
     local_address6: ipaddress.IPv6Address = _ROUTER6
     #: GoBGP's gRPC API port (inside the namespace, so no clash between labs).
     api_port: int = 50051
+    #: BFD with every node (FRR and BIRD), None for none.
+    bfd: RouterBfd | None = None
+    #: BIRD's ``error wait time MIN, MAX``: how long a session that went down with an
+    #: error (BFD down, hold timer expired) waits before BIRD accepts or opens it again
+    #: (BIRD's default 60, 300 s); None keeps the default. FRR has no such delay.
+    error_wait_time: tuple[int, int] | None = None
+    #: Seconds between the router's attempts to connect to a static neighbour (FRR's
+    #: ``timers connect``, BIRD's ``connect retry time``; both 120 s by default); None
+    #: keeps the default. A speaker holding a flapping peer down only listens.
+    connect_retry: int | None = None
 
     def __post_init__(self) -> None:
         # The password is written into FRR's (one word) and BIRD's ("quoted") config text.
@@ -282,6 +321,24 @@ class Router(ABC):
         only."""
         raise RouterError(f"{self.kind}: sessions_since() is not implemented")
 
+    def bfd_sessions(self) -> dict[IPAddress, str]:
+        """BFD session state per neighbour address, in RFC 5880's words as the speaker's
+        status uses them: ``up``, ``down``, ``init``, ``admin-down``. FRR and BIRD only
+        (with ``RouterConfig.bfd``)."""
+        raise RouterError(f"{self.kind}: bfd_sessions() is not implemented")
+
+    def wait_bfd(
+        self, predicate: Callable[[dict[IPAddress, str]], bool], timeout: float = 10
+    ) -> dict[IPAddress, str]:
+        """Poll the BFD sessions until ``predicate(sessions)``; returns them."""
+        return _poll(
+            self.bfd_sessions,
+            predicate,
+            timeout=timeout,
+            interval=self.poll_interval,
+            what=f"{self.kind} BFD sessions condition",
+        )
+
     def restarting_peers(self) -> set[IPAddress]:
         """Neighbours whose routes the router still holds for graceful restart (RFC 4724):
         the session went down and the restart time runs, or it is back but End-of-RIB
@@ -404,11 +461,9 @@ class FRRRouter(Router):
         config: RouterConfig,
         workdir: Path,
         *,
-        bfd: bool = False,
         rundir: Path | None = None,
     ) -> None:
         super().__init__(netns, config, workdir)
-        self.bfd = bfd
         # FRR drops to user frr, which cannot enter a root-only test directory (pytest's
         # tmp_path is mode 700): its sockets, pid files, config and logs live in a
         # directory of its own under /tmp, linked from workdir and removed by close().
@@ -450,7 +505,7 @@ class FRRRouter(Router):
     def write_config(self) -> None:
         d = self.rundir
         (d / "zebra.conf").write_text("hostname lab-router\nzebra work-queue 1\n")
-        (d / "bfdd.conf").write_text("hostname lab-router\n")
+        (d / "bfdd.conf").write_text(self.render_bfdd())
         (d / "bgpd.conf").write_text(self.render_bgpd())
         (d / "vtysh.conf").write_text("")
         shutil.chown(d, "frr", "frr")
@@ -488,15 +543,18 @@ class FRRRouter(Router):
             groups[fam] = g
             lines += [f" neighbor {g} peer-group", f" neighbor {g} remote-as {remote}"]
             lines.append(f" neighbor {g} timers {c.keepalive_time} {c.hold_time}")
+            if c.connect_retry is not None:
+                lines.append(f" neighbor {g} timers connect {c.connect_retry}")
             if c.md5_password is not None:
                 lines.append(f" neighbor {g} password {c.md5_password}")
             if c.ebgp_multihop is not None:
                 lines.append(f" neighbor {g} ebgp-multihop {c.ebgp_multihop}")
             if c.ttl_security:
                 lines.append(f" neighbor {g} ttl-security hops 1")
-            if self.bfd:
-                # Default BFD timers (300 ms x 3); the node side runs its own bfdd.
-                lines.append(f" neighbor {g} bfd")
+            if c.bfd is not None:
+                lines.append(f" neighbor {g} bfd profile {FRR_BFD_PROFILE}")
+                if c.bfd.check_control_plane:
+                    lines.append(f" neighbor {g} bfd check-control-plane-failure")
             lines += [f" bgp listen range {r} peer-group {g}" for r in ranges]
             lines += [f" neighbor {a} peer-group {g}" for a in statics]
         lines.append(" bgp listen limit 200")
@@ -511,6 +569,23 @@ class FRRRouter(Router):
             ]
         return "\n".join(lines) + "\n"
 
+    def render_bfdd(self) -> str:
+        """bfdd.conf: the profile the peer groups name (bgpd asks bfdd for one session
+        per neighbour, dynamic ones included)."""
+        lines = ["hostname lab-router"]
+        b = self.config.bfd
+        if b is not None:
+            lines += [
+                "bfd",
+                f" profile {FRR_BFD_PROFILE}",
+                f"  detect-multiplier {b.detect_multiplier}",
+                f"  receive-interval {b.receive_interval}",
+                f"  transmit-interval {b.transmit_interval}",
+                " exit",
+                "exit",
+            ]
+        return "\n".join(lines) + "\n"
+
     def _spawn(self) -> None:
         d = self.rundir
         for stale in ("zserv.api", "zebra.vty", "bgpd.vty", "bfdd.vty", "bfdd.sock"):
@@ -520,8 +595,9 @@ class FRRRouter(Router):
         # waiting keeps the first FIB install prompt.
         self._wait_ready(lambda: self._require(d / "zserv.api"), "zebra")
         self._popen_logged(self._daemon_argv("bgpd"), "bgpd.stdout.log")
-        if self.bfd:
+        if self.config.bfd is not None:
             self._popen_logged(self._daemon_argv("bfdd"), "bfdd.stdout.log")
+            self._wait_ready(lambda: self.vtysh("show bfd peers json"), "bfdd")
         self._wait_ready(lambda: self.vtysh("show bgp summary json"), "bgpd")
 
     @staticmethod
@@ -571,6 +647,25 @@ class FRRRouter(Router):
 
     def sessions_since(self) -> dict[IPAddress, str]:
         return parse_frr_since(self.vtysh_json("show bgp neighbors json"))
+
+    def bfd_sessions(self) -> dict[IPAddress, str]:
+        return parse_frr_bfd(self.vtysh_json("show bfd peers json"))
+
+
+#: FRR's ``show bfd peers json`` status words -> RFC 5880 state names.
+_FRR_BFD_STATES = {"up": "up", "down": "down", "init": "init", "shutdown": "admin-down"}
+
+
+def parse_frr_bfd(data: Any) -> dict[IPAddress, str]:
+    """Peer address -> BFD state from ``show bfd peers json`` (FRR 8.4: a list of
+    sessions with ``peer`` and ``status``)."""
+    return {
+        ipaddress.ip_address(entry["peer"]): _FRR_BFD_STATES.get(
+            str(entry.get("status")), str(entry.get("status"))
+        )
+        for entry in data or []
+        if entry.get("peer")
+    }
 
 
 def _frr_neighbors(data: Mapping[str, Any]) -> Iterator[tuple[IPAddress, Mapping[str, Any]]]:
@@ -692,6 +787,14 @@ class BirdRouter(Router):
             "protocol kernel kernel6 { ipv6 { import none; export where source != RTS_DEVICE; "
             "}; merge paths on limit 8; }",
         ]
+        if c.bfd is not None:
+            lines += [
+                "protocol bfd {",
+                f'  interface "*" {{ min rx interval {c.bfd.receive_interval} ms; '
+                f"min tx interval {c.bfd.transmit_interval} ms; "
+                f"multiplier {c.bfd.detect_multiplier}; }};",
+                "}",
+            ]
         for fam in (4, 6):
             local = c.local_address4 if fam == 4 else c.local_address6
             chan = "ipv4" if fam == 4 else "ipv6"
@@ -707,6 +810,12 @@ class BirdRouter(Router):
                 common.append("  direct;")  # BIRD treats iBGP as multihop unless told
             if c.ttl_security:
                 common.append("  ttl security on;")
+            if c.bfd is not None:
+                common.append("  bfd graceful;" if c.bfd.graceful else "  bfd on;")
+            if c.error_wait_time is not None:
+                common.append("  error wait time {}, {};".format(*c.error_wait_time))
+            if c.connect_retry is not None:
+                common.append(f"  connect retry time {c.connect_retry};")
             # Next hops on the LAN are used as they are; a multihop session resolves them
             # through the connected routes (protocol direct) instead.
             gateway = "recursive" if c.ebgp_multihop is not None else "direct"
@@ -759,6 +868,25 @@ class BirdRouter(Router):
 
     def sessions_since(self) -> dict[IPAddress, str]:
         return parse_bird_since(self.birdc("show protocols all"))
+
+    def bfd_sessions(self) -> dict[IPAddress, str]:
+        return parse_bird_bfd(self.birdc("show bfd sessions"))
+
+
+def parse_bird_bfd(text: str) -> dict[IPAddress, str]:
+    """Peer address -> BFD state from ``birdc show bfd sessions`` (BIRD 2: a table per
+    BFD protocol, one line per session: address, interface, state, since, ...)."""
+    out: dict[IPAddress, str] = {}
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) < 3:
+            continue
+        try:
+            address = ipaddress.ip_address(words[0])
+        except ValueError:
+            continue
+        out[address] = words[2].lower().replace("admindown", "admin-down")
+    return out
 
 
 _BIRD_ROUTE_START = re.compile(r"^(\S+)\s+unicast\s")
@@ -1122,6 +1250,8 @@ def router_config(**opts: Any) -> RouterConfig:
             value = ipaddress.IPv4Address(str(value))
         elif key == "local_address6":
             value = ipaddress.IPv6Address(str(value))
+        elif key == "bfd" and not isinstance(value, RouterBfd):
+            value = RouterBfd() if value else None
         conv[key] = value
     return replace(RouterConfig(), **conv)
 
@@ -1129,16 +1259,16 @@ def router_config(**opts: Any) -> RouterConfig:
 def make_router(kind: str, netns: Netns, workdir: Path | str, **opts: Any) -> Router:
     """Build (not start) a router of ``kind`` ("frr", "bird", "gobgp") with config ``opts``.
 
-    ``bfd=True`` and ``rundir=`` (re-attach to a running FRR) are for FRR only.
+    ``bfd=True`` is BFD with the default timers (a :class:`RouterBfd` for others), FRR
+    and BIRD only; ``rundir=`` (re-attach to a running FRR) is for FRR only.
     """
-    bfd = bool(opts.pop("bfd", False))
     rundir = opts.pop("rundir", None)
     cfg = router_config(**opts)
     workdir = Path(workdir)
     if kind == "frr":
-        return FRRRouter(netns, cfg, workdir, bfd=bfd, rundir=Path(rundir) if rundir else None)
-    if bfd:
-        raise ValueError("bfd is only available with the frr router")
+        return FRRRouter(netns, cfg, workdir, rundir=Path(rundir) if rundir else None)
+    if cfg.bfd is not None and kind != "bird":
+        raise ValueError("bfd is only available with the frr and bird routers")
     try:
         cls = ROUTER_KINDS[kind]
     except KeyError:
@@ -1154,6 +1284,7 @@ __all__ = [
     "GoBGPRouter",
     "RibPath",
     "Router",
+    "RouterBfd",
     "RouterConfig",
     "RouterError",
     "make_router",

@@ -11,13 +11,21 @@ promises is checked at the router's kernel FIB and BGP RIB:
 * `kube-bgpd drain` on node 1 (RFC 8326): node 1's path stays in the RIB with 65535:0
   but leaves the FIB at once (the policy's local-pref 0), so traffic moves before the
   withdrawal; after drainWindow the path is withdrawn.
+
+The BFD blocks (the second ```frr and ```bird blocks, added to the first as the page
+says, with the page's BFDProfile named by the speakers' BGPPeer): both nodes' BFD
+sessions come Up at the router, and node 1 blackholed (every packet dropped in its
+namespace, its link up) leaves the FIB within the detect time plus a margin, with the
+reason the page names in the router's own words.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +36,8 @@ import pytest
 import yaml
 
 from kbgpd_lab.kit import manifests
-from kbgpd_lab.lab.routers import BirdRouter, FRRRouter, RouterConfig
+from kbgpd_lab.lab.blackhole import blackhole, restore
+from kbgpd_lab.lab.routers import BirdRouter, FRRRouter, RouterBfd, RouterConfig
 from kbgpd_lab.lab.speakerfiles import cluster_list, node_item, service_items
 from kbgpd_lab.lab.topology import Topology
 
@@ -41,9 +50,10 @@ OUTSIDE_IP = "10.99.101.5"  # not in the router's prefix-list
 DRAIN_WINDOW = 6
 
 
-def doc_block(info: str) -> str:
-    """The first block of routers.md with this info string (each section's main one)."""
-    return kit.doc_blocks("routers.md", info)[0]
+def doc_block(info: str, index: int = 0) -> str:
+    """A block of routers.md with this info string: the first is each section's main
+    one, the second its BFD addition."""
+    return kit.doc_blocks("routers.md", info)[index]
 
 
 class DocsFRR(FRRRouter):
@@ -56,14 +66,57 @@ class DocsBird(BirdRouter):
         return doc_block("bird")
 
 
-def speaker_config() -> str:
-    """The page's kube-bgpd side, plus a pool for each IP and a short drain window."""
+def split_bfd_stanza(text: str) -> tuple[str, str]:
+    """An integrated FRR configuration split between bgpd and bfdd (the lab runs each
+    daemon on its own file): the top-level ``bfd`` stanza, up to its ``exit``, is
+    bfdd's."""
+    bgpd: list[str] = []
+    bfdd: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line == "bfd":
+            inside = True
+        (bfdd if inside else bgpd).append(line)
+        if inside and line == "exit":
+            inside = False
+    return "\n".join(bgpd) + "\n", "\n".join(bfdd) + "\n"
+
+
+class DocsFRRWithBfd(FRRRouter):
+    """The main block plus the BFD block (RouterConfig.bfd only makes bfdd run)."""
+
+    def render_bgpd(self) -> str:
+        return doc_block("frr") + split_bfd_stanza(doc_block("frr", 1))[0]
+
+    def render_bfdd(self) -> str:
+        return split_bfd_stanza(doc_block("frr", 1))[1]
+
+
+class DocsBirdWithBfd(BirdRouter):
+    """The main block with its protocols made ``from nodes_bfd``, plus the BFD block."""
+
+    def render(self) -> str:
+        main = doc_block("bird")
+        assert main.count("from nodes {") == 2
+        head, sep, protocols = main.partition("protocol bgp nodes4")
+        assert sep
+        bfd = doc_block("bird", 1)
+        return head + bfd + "\n" + (sep + protocols).replace("from nodes {", "from nodes_bfd {")
+
+
+def speaker_config(*, bfd: bool = False) -> str:
+    """The page's kube-bgpd side, plus a pool for each IP and a short drain window;
+    with ``bfd`` its BGPPeer names the page's BFDProfile."""
     (peer,) = [d for d in yaml.safe_load_all(doc_block("yaml")) if d]
+    if bfd:
+        (profile,) = [d for d in yaml.safe_load_all(doc_block("yaml", 1)) if d]
+        peer["spec"]["bfdProfile"] = profile["metadata"]["name"]
     docs: list[dict[str, Any]] = [
         manifests.pool("services", ["10.99.100.0/24", "10.99.101.0/24"]),
         peer,
         manifests.advertisement("services", ipAddressPools=["services"]),
         manifests.speaker_config(drainWindow=f"{DRAIN_WINDOW}s"),
+        *([profile] if bfd else []),
     ]
     return yaml.safe_dump_all(docs)
 
@@ -76,12 +129,24 @@ def cluster_dump(topology: Topology) -> str:
 
 
 @pytest.fixture
-def speakers(topology: Topology, tmp_path: Path) -> Iterator[Callable[[], None]]:
+def work_root() -> Iterator[Path]:
+    """The speakers' work directories: where FRR's user can reach them (the speaker's
+    bfdd runs as frr; a test's tmp_path is mode 700)."""
+    root = Path(tempfile.mkdtemp(prefix="kube-bgpd-docs-work-"))
+    root.chmod(0o711)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def speakers(topology: Topology, tmp_path: Path, work_root: Path) -> Iterator[Callable[..., None]]:
     procs: list[subprocess.Popen[bytes]] = []
 
-    def start() -> None:
+    def start(*, bfd: bool = False) -> None:
         config = tmp_path / "config.yaml"
-        config.write_text(speaker_config())
+        config.write_text(speaker_config(bfd=bfd))
         dump = tmp_path / "cluster.yaml"
         dump.write_text(cluster_dump(topology))
         for i in (1, 2):
@@ -92,7 +157,7 @@ def speakers(topology: Topology, tmp_path: Path) -> Iterator[Callable[[], None]]
                 f"--config={config}",
                 f"--node-name=node{i}",
                 f"--cluster-file={dump}",
-                f"--work-dir={tmp_path / f'work{i}'}",
+                f"--work-dir={work_root / f'work{i}'}",
                 f"--metrics-address={STATUS}",
             ]
             with log.open("wb") as out:
@@ -114,7 +179,11 @@ def speakers(topology: Topology, tmp_path: Path) -> Iterator[Callable[[], None]]
 
 @pytest.mark.parametrize("kind", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
 def test_docs_router_config_ecmp_filter_and_gshut(
-    kind: str, topology: Topology, tmp_path: Path, speakers: Callable[[], None]
+    kind: str,
+    topology: Topology,
+    tmp_path: Path,
+    work_root: Path,
+    speakers: Callable[..., None],
 ) -> None:
     cls = DocsFRR if kind == "frr" else DocsBird
     router = cls(topology.router, RouterConfig(), tmp_path / "router")
@@ -130,7 +199,7 @@ def test_docs_router_config_ecmp_filter_and_gshut(
         assert ipaddress.ip_network(f"{OUTSIDE_IP}/32") not in rib
 
         drain = topology.nodes[0].run(
-            [KUBE_BGPD, "drain", f"--work-dir={tmp_path / 'work1'}"], check=False, timeout=30
+            [KUBE_BGPD, "drain", f"--work-dir={work_root / 'work1'}"], check=False, timeout=30
         )
         assert drain.returncode == 0, drain.stdout + drain.stderr
         started = time.monotonic()
@@ -150,4 +219,41 @@ def test_docs_router_config_ecmp_filter_and_gshut(
             sys.stderr.write(f"\n==== {log.name}\n{log.read_text(errors='replace')[-3000:]}\n")
         raise
     finally:
+        router.close()
+
+
+#: What each router says about a session BFD took down (docs/routers.md names both).
+BFD_REASON = {"frr": "(Cease/BFD Down)", "bird": "BFD session down"}
+
+
+@pytest.mark.parametrize("kind", [pytest.param("frr", id="frr"), pytest.param("bird", id="bird")])
+def test_docs_bfd_config_drops_a_dead_node_within_the_detect_time(
+    kind: str, topology: Topology, tmp_path: Path, speakers: Callable[..., None]
+) -> None:
+    (profile,) = [d for d in yaml.safe_load_all(doc_block("yaml", 1)) if d]
+    detect = profile["spec"]["detectMultiplier"] * profile["spec"]["receiveInterval"] / 1000
+    cls = DocsFRRWithBfd if kind == "frr" else DocsBirdWithBfd
+    router = cls(topology.router, RouterConfig(bfd=RouterBfd()), tmp_path / "router")
+    router.start()
+    try:
+        speakers(bfd=True)
+        n1, n2 = topology.node_address(1), topology.node_address(2)
+        prefix = ipaddress.ip_network(f"{SERVICE_IP}/32")
+        router.wait_fib(prefix, {n1, n2}, timeout=60)
+        router.wait_bfd(lambda s: s.get(n1) == s.get(n2) == "up", timeout=30)
+        blackhole(topology.nodes[0])
+        started = time.monotonic()
+        router.wait_fib(prefix, {n2}, timeout=detect + 3)
+        print(f"\n{kind}: node1 out of the FIB {time.monotonic() - started:.2f} s after")
+        # FRR deletes a listen-range neighbour with its session: its log keeps the reason.
+        reason = router.log_tail(200) if kind == "frr" else router.birdc("show protocols all")
+        assert BFD_REASON[kind] in reason
+        assert router.neighbors()[n2] == "Established"
+    except BaseException:
+        sys.stderr.write(f"\n==== {kind} logs\n{router.log_tail()}\n")
+        for log in sorted(tmp_path.glob("speaker*.log")):
+            sys.stderr.write(f"\n==== {log.name}\n{log.read_text(errors='replace')[-3000:]}\n")
+        raise
+    finally:
+        restore(topology.nodes[0])
         router.close()

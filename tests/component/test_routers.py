@@ -35,6 +35,7 @@ from kbgpd_lab.lab.routers import (
     GoBGPRouter,
     RibPath,
     Router,
+    RouterBfd,
     RouterError,
     make_router,
 )
@@ -379,6 +380,14 @@ CONFIG_CASES = [
     pytest.param({"graceful_shutdown_policy": True}, id="rfc8326-policy"),
     pytest.param({"bfd": True}, id="bfd"),
     pytest.param(
+        {
+            "bfd": RouterBfd(100, 200, 5, graceful=True, check_control_plane=True),
+            "error_wait_time": (1, 2),
+            "connect_retry": 1,
+        },
+        id="bfd-graceful",
+    ),
+    pytest.param(
         {"neighbor_ranges": (), "static_neighbors": ("172.31.250.11", "fd00:99:250::11")},
         id="static-only",
     ),
@@ -391,7 +400,7 @@ def test_rendered_config_passes_the_daemons_own_check(
     kind: str, opts: dict[str, Any], tmp_path: Path
 ) -> None:
     """Every option combination renders a config the daemon itself accepts (dry run)."""
-    if opts.get("bfd") and kind != "frr":
+    if opts.get("bfd") and kind == "gobgp":
         with pytest.raises(ValueError, match="bfd"):
             make_router(kind, Netns("unused"), tmp_path, **opts)
         return
@@ -407,6 +416,11 @@ def test_rendered_config_passes_the_daemons_own_check(
         router.write_config()
         if isinstance(router, FRRRouter):
             argv = ["/usr/lib/frr/bgpd", "-C", "-f", str(router.rundir / "bgpd.conf")]
+            if router.config.bfd is not None:
+                bfdd = ["/usr/lib/frr/bfdd", "-C", "-f", str(router.rundir / "bfdd.conf")]
+                out = subprocess.run(bfdd, capture_output=True, text=True, timeout=30, check=False)
+                assert out.returncode == 0, out.stdout + out.stderr
+                assert "[EC " not in out.stdout + out.stderr
         elif isinstance(router, BirdRouter):
             argv = ["bird", "-p", "-c", str(tmp_path / "bird.conf")]
         else:
