@@ -11,7 +11,8 @@ LINT_PATHS := bgpd k8s_watcher kbgpd_lab tests $(wildcard bench)
 .PHONY: test check lint unit component e2e demo apt venv clean
 
 # pytest-xdist workers for the test targets. The component and e2e tiers mostly wait on
-# routers, BGP timers and processes, so three workers on CI's two CPUs overlap the waiting (four made the timing-sensitive lab tests flaky on a loaded machine);
+# routers, BGP timers and processes, so three workers on CI's two CPUs overlap the waiting while leaving CPU for the
+# timing-sensitive lab tests;
 # every test has its own namespaces, ports (or a random 127/8 address) and directories.
 # worksteal evens out the long lab tests. `make test XDIST=` runs in one process.
 XDIST ?= -n 3 --dist worksteal
