@@ -384,7 +384,7 @@ def test_the_shipped_crds_serve_the_config_examples(
     sim: ApiSimulatorThread, kubectl: Kubectl
 ) -> None:
     out = kubectl("apply", "-k", str(SHIPPED_CRDS))
-    assert out.count("customresourcedefinition.apiextensions.k8s.io/") == 6
+    assert out.count("customresourcedefinition.apiextensions.k8s.io/") == 8
     assert EXAMPLES
     for example in EXAMPLES:
         proc = kubectl.run("apply", "-n", NS, "-f", str(example))
@@ -415,7 +415,7 @@ def test_seed_loads_crds_before_their_objects(tmp_path: Path) -> None:
     (tmp_path / "crds" / "notes.txt").write_text("not a manifest")
     crds = crd_objects([tmp_path / "crds"])
     assert [c["metadata"]["name"] for c in crds] == ["bgppeers.metallb.io"]
-    assert len(crd_objects([SHIPPED_CRDS])) == 6  # its kustomization.yaml is skipped
+    assert len(crd_objects([SHIPPED_CRDS])) == 8  # its kustomization.yaml is skipped
     assert [o["kind"] for o in seed_order([peer("x"), *crds])] == [
         "CustomResourceDefinition",
         "BGPPeer",
