@@ -669,8 +669,14 @@ class SessionState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PeerStatus:
-    """What the speaker knows about one peer: session state from ExaBGP's JSON events and
-    the routes ExaBGP acknowledged (`done`), for metrics, status, MQTT and explain."""
+    """What the speaker knows about one peer, for metrics, status, MQTT and explain:
+    session state from ExaBGP's JSON events and three route counts, one name each
+    everywhere: ``desired`` (the routes the decision wants the peer to have, as the
+    drain state leaves them), ``accepted`` (ExaBGP answered ``done``: in its
+    adj-rib-out, also while the session is down) and ``advertised`` (sent to the router
+    in UPDATEs on the established session since it came up, and not withdrawn since:
+    0 while the session is down). advertised <= accepted; after a re-establishment
+    advertised climbs back as ExaBGP re-sends."""
 
     peer: PeerName
     address: IPAddress
@@ -679,8 +685,10 @@ class PeerStatus:
     since: float | None = None
     #: ExaBGP's reason for the last down, e.g. "hold timer expired" or "connection refused".
     reason: str = ""
-    acknowledged: int = 0
+    accepted: int = 0
     pending: int = 0
+    desired: int = 0
+    advertised: int = 0
 
 
 class RouteChange(StrEnum):
@@ -690,7 +698,7 @@ class RouteChange(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RouteEvent:
-    """A route this node started or stopped announcing to a peer (acknowledged by ExaBGP)."""
+    """A route this node started or stopped announcing to a peer (accepted by ExaBGP)."""
 
     node: NodeName
     peer: PeerName

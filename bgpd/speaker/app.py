@@ -9,8 +9,8 @@ tasks:
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully as SpeakerConfig
   onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
   the group,
-* ``convergence`` times "decision applied -> ExaBGP acknowledged" for the metrics,
-* ``heap-freeze`` once the first decision's routes are acknowledged, collects and
+* ``convergence`` times "decision applied -> ExaBGP accepted" for the metrics,
+* ``heap-freeze`` once the first decision's routes are accepted, collects and
   freezes the heap (``_freeze_heap``: later full collections skip the first sync's
   objects),
 * ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
@@ -125,7 +125,7 @@ _logger = logging.getLogger("bgpd.speaker")
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
 #: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
-#: all acknowledged, or this many seconds after the first decision at the latest.
+#: all accepted, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
 
 
@@ -137,25 +137,27 @@ def _freeze_heap() -> None:
     long whenever allocations triggered one, e.g. during a /metrics scrape; after the
     freeze 3-18 ms. Frozen objects are still freed by reference counting; only a
     reference cycle among them would stay (our model objects are frozen and acyclic).
-    Done once, when the first decision's routes are all acknowledged, so neither the
+    Done once, when the first decision's routes are all accepted, so neither the
     cold start nor a later route change waits for the collection."""
     gc.collect()
     gc.freeze()
 
 
-def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
-    """/status "routes": what ExaBGP acknowledged, by peer and prefix (from a copy)."""
+def _route_rows(accepted: DesiredRoutes, advertised: DesiredRoutes) -> list[dict[str, Any]]:
+    """/status "routes": what ExaBGP accepted, by peer and prefix, each with whether it
+    is advertised (on the wire to the router); from copies."""
     return [
         {
             "peer": peer,
             "prefix": prefix_text(prefix),
+            "advertised": prefix in advertised.get(peer, {}),
             "communities": list(a.communities),
             "large_communities": list(a.large_communities),
             "local_pref": a.local_pref,
             "med": a.med,
             "link_bandwidth": bytes_per_second(a.link_bandwidth),
         }
-        for peer, per in sorted(acknowledged.items())
+        for peer, per in sorted(accepted.items())
         for prefix, a in sorted(
             per.items(), key=lambda kv: (kv[0].version, int(kv[0].network_address))
         )
@@ -283,7 +285,7 @@ class Speaker:
             self.registry, self._probes(), node=node, mqtt=self.mqtt, watch=watch
         )
         self.status_server.add_routes(metrics_routes(self.registry))
-        #: (first unacknowledged change, last apply), monotonic; see _convergence().
+        #: (first change not accepted yet, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
         self._first_decision = asyncio.Event()
@@ -474,7 +476,7 @@ class Speaker:
         self.rendered.set()
 
     def _after_apply(self, result: PassResult) -> None:
-        """Record the decide phase now; _convergence() times the acknowledge phase, only
+        """Record the decide phase now; _convergence() times the accept phase, only
         when the desired routes changed (a pass that changes nothing sends nothing)."""
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, result.latency)
         node = result.snapshot.nodes.get(self.node)
@@ -490,7 +492,7 @@ class Speaker:
             return
         now = time.monotonic()
         first = now - result.latency
-        # Keep the oldest change not acknowledged yet: "total" is what an operator waits.
+        # Keep the oldest change not accepted yet: "total" is what an operator waits.
         if self._unconverged is not None:
             first = min(first, self._unconverged[0])
         self._unconverged = (first, now)
@@ -682,7 +684,7 @@ class Speaker:
         sup = self.runtime.supervisor
         return SpeakerProbes(
             peers=self.driver.peer_status,
-            routes=self.driver.acknowledged,
+            accepted_routes=self.driver.accepted,
             decision=lambda: (
                 None if self.reconciler.last is None else self.reconciler.last.decision
             ),
@@ -697,6 +699,7 @@ class Speaker:
             stale=lambda: self.config_stale_reason() != "",
             kinds_synced=self._kinds_synced,
             source_stale=lambda: self.source.stale,
+            advertised_routes=self.driver.advertised,
         )
 
     def _kinds_synced(self) -> Mapping[str, bool]:
@@ -720,7 +723,7 @@ class Speaker:
         )
 
     async def _convergence(self) -> None:
-        """Time "decision applied -> ExaBGP acknowledged everything", and the total."""
+        """Time "decision applied -> ExaBGP accepted everything", and the total."""
         while True:
             await self._applied.wait()
             self._applied.clear()
@@ -731,7 +734,7 @@ class Speaker:
             first, applied = self._unconverged
             self._unconverged = None
             now = time.monotonic()
-            self.metrics.observe_convergence(ConvergencePhase.ACKNOWLEDGE, now - applied)
+            self.metrics.observe_convergence(ConvergencePhase.ACCEPT, now - applied)
             self.metrics.observe_convergence(ConvergencePhase.TOTAL, now - first)
 
     # ------------------------------------------------------------------ status provider
@@ -769,8 +772,10 @@ class Speaker:
                 "state": str(s.state),
                 "since": s.since,
                 "reason": s.reason,
-                "acknowledged": s.acknowledged,
+                "accepted": s.accepted,
                 "pending": s.pending,
+                "desired": s.desired,
+                "advertised": s.advertised,
             }
             for s in self.driver.peer_status().values()
         ]
@@ -818,7 +823,9 @@ class Speaker:
                 "dropped": self.mqtt.dropped,
             },
             "peers": peers,
-            "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
+            "routes": Deferred(
+                partial(_route_rows, self.driver.accepted(), self.driver.advertised())
+            ),
         }
 
     # ------------------------------------------------------------------ run
@@ -844,7 +851,7 @@ class Speaker:
         retain = action is SigtermAction.RETAIN and not self.drain_state.draining
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
-        held = self.driver.acknowledged()
+        held = self.driver.accepted()
         ok = await self.runtime.stop(withdraw=True, retain_graceful=retain, within=10.0)
         # What each peer was left with: retained (stale at a graceful-restart router until
         # the next speaker refreshes it, or its restart time ends) or withdrawn.

@@ -141,7 +141,7 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
             within=20,
         )
         status = rt.driver.peer_status()[PeerName("tor")]
-        assert status.acknowledged == 2
+        assert status.accepted == 2
         assert status.pending == 0
         seen = [events.get_nowait() for _ in range(events.qsize())]
         announced = {e.prefix for e in seen if isinstance(e, RouteEvent)}
@@ -330,11 +330,11 @@ async def test_changes_path_reaches_the_same_rib_as_whole_sets(
             for _ in range(rng.randint(0, 3)):
                 await asyncio.sleep(0)
             # peer_status() counts only where a difference can be: the same count as
-            # comparing everything ExaBGP acknowledged with everything wanted.
-            todo, gone = delta(rt.driver.acknowledged().get(tor, {}), want)
+            # comparing everything ExaBGP accepted with everything wanted.
+            todo, gone = delta(rt.driver.accepted().get(tor, {}), want)
             assert rt.driver.peer_status()[tor].pending == len(todo) + len(gone)
         assert await rt.driver.wait_converged(60)
-        assert rt.driver.acknowledged() == ({tor: want} if want else {})
+        assert rt.driver.accepted() == ({tor: want} if want else {})
         assert rt.driver.peer_status()[tor].pending == 0
 
         def same(rib: dict[IPNetwork, Any]) -> bool:
@@ -493,7 +493,7 @@ async def test_error_ack_is_surfaced_and_the_rest_flows(
     topology: Topology, tmp_path: Path, gobgp_router: Router
 ) -> None:
     """A community ExaBGP refuses (70000 is not 16-bit) gets an `error` ack: counted with
-    its command, the route not acknowledged, and acks stay matched: the routes around it
+    its command, the route not accepted, and acks stay matched: the routes around it
     arrive. An IPv6 prefix handed to the IPv4 session is never sent (it would reset the
     session) and is counted."""
     bad = RouteAttributes(communities=("70000:1",))
@@ -513,7 +513,7 @@ async def test_error_ack_is_surfaced_and_the_rest_flows(
         )
         assert "70000:1" in rt.driver.stats.last_error
         assert rt.driver.stats.wrong_family == 1
-        acked = rt.driver.acknowledged()[PeerName("tor")]
+        acked = rt.driver.accepted()[PeerName("tor")]
         assert set(acked) == {net("10.99.100.1/32"), net("10.99.100.2/32")}
         assert rt.driver.peer_status()[PeerName("tor")].pending == 1
         # Later commands still match their acks, and the session never dropped.

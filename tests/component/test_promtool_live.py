@@ -155,7 +155,9 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
             [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
         )
         assert lint.returncode == 0, lint.stdout + lint.stderr
-        assert samples['kube_bgpd_bgp_prefixes_acknowledged{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_accepted{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_advertised{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_desired{peer="tor"}'] == 2.0
         assert samples["kube_bgpd_exabgp_running"] == 1.0
         assert samples['kube_bgpd_services_skipped{reason="noEndpoints"}'] == 1.0
         assert samples['kube_bgpd_service_serving_endpoints{service="shop/idle"}'] == 0.0
