@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from bgpd.decision import prefix_text
 from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
@@ -225,7 +226,9 @@ class DriverCore:
         #: Per peer, the prefixes sent to the router in UPDATEs on its established
         #: session since it came up, not withdrawn since (ExaBGP's reports: on_event);
         #: emptied when the session goes down or ExaBGP restarts.
-        self._wire: dict[PeerName, set[IPNetwork]] = {}
+        #: Prefixes as text (prefix_text): ExaBGP reports text, and parsing 10,000 of
+        #: them into networks would cost more than everything else about a report.
+        self._wire: dict[PeerName, set[str]] = {}
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._sessions: dict[PeerName, _Session] = {}
@@ -827,11 +830,18 @@ class DriverCore:
         its withdrawing UPDATE may leave a few milliseconds later."""
         out: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         for peer, wire in self._wire.items():
-            have = self._accepted.get(peer, {})
-            routes = {p: have[p] for p in wire if p in have}
+            routes = {
+                p: a for p, a in self._accepted.get(peer, {}).items() if prefix_text(p) in wire
+            }
             if routes:
                 out[peer] = routes
         return out
+
+    def _advertised_count(self, peer: PeerName) -> int:
+        wire = self._wire.get(peer)
+        if not wire:
+            return 0
+        return sum(prefix_text(p) in wire for p in self._accepted.get(peer, {}))
 
     def held_down(self, now: float) -> set[PeerName]:
         """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""
@@ -876,6 +886,6 @@ class DriverCore:
                 accepted=len(have),
                 pending=len(todo) + len(gone),
                 desired=len(want),
-                advertised=len(wire & have.keys()) if (wire := self._wire.get(name)) else 0,
+                advertised=self._advertised_count(name),
             )
         return out

@@ -66,15 +66,17 @@ def update_doc(
     }
 
 
-# What ExaBGP 5.0.15 wrote to the helper for one UPDATE to a BIRD router in the lab
-# (api send { parsed; update; }), as captured: two prefixes, one next hop.
+# What ExaBGP 5.0.15 (it calls itself 5.0.0) wrote to the helper for one UPDATE to the
+# lab's BIRD router (api send { parsed; update; }), captured by
+# bench/bench_sent_updates.py --routes 3 (its "first UPDATE report" line).
 CAPTURED = (
-    '{ "exabgp": "5.0.15", "time": 1796175000.1, "host" : "n1", "pid" : 7, "ppid" : 6, '
-    '"counter": 3, "type": "update", "neighbor": { "address": { "local": "172.31.250.11", '
-    '"peer": "172.31.250.1" }, "asn": { "local": 64513, "peer": None } , "direction": '
-    '"send", "message": { "update": { "attribute": { "origin": "igp", "as-path": [ 64513 ], '
-    '"confederation-path": [] }, "announce": { "ipv4 unicast": { "172.31.250.11": [ '
-    '{ "nlri": "10.99.100.5/32" }, { "nlri": "10.99.100.6/32" } ] } } } } } }'
+    '{ "exabgp": "5.0.0", "time": 1796175261.8989468, "host" : "vm", "pid" : 32015, '
+    '"ppid" : 31818, "counter": 4, "type": "update", "neighbor": { "address": { "local": '
+    '"172.31.250.11", "peer": "172.31.250.1" }, "asn": { "local": 64513, "peer": 64512 }, '
+    '"router-id": "172.31.250.11" , "direction": "send", "message": { "update": { '
+    '"attribute": { "origin": "igp", "as-path": {"0": {"element": "as-sequence", "value": '
+    '[64513]}} }, "announce": { "ipv4 unicast": { "172.31.250.11": [ { "nlri": '
+    '"10.99.0.1/32" }, { "nlri": "10.99.0.2/32" }, { "nlri": "10.99.0.3/32" } ] } } } } } }'
 )
 
 
@@ -86,15 +88,37 @@ CAPTURED = (
             SentUpdate(
                 "172.31.250.1",
                 "172.31.250.11",
-                (net("10.99.100.5/32"), net("10.99.100.6/32")),
+                ("10.99.0.1/32", "10.99.0.2/32", "10.99.0.3/32"),
                 (),
             ),
             id="captured-announce",
         ),
         pytest.param(
             update_doc(IBGP, [net("10.0.0.1/32")], [net("10.0.0.2/32")], compact=True),
-            SentUpdate("192.0.2.2", "192.0.2.10", (net("10.0.0.1/32"),), (net("10.0.0.2/32"),)),
+            SentUpdate("192.0.2.2", "192.0.2.10", ("10.0.0.1/32",), ("10.0.0.2/32",)),
             id="compact-announce-and-withdraw",
+        ),
+        pytest.param(
+            {
+                "type": "update",
+                "neighbor": {
+                    "address": {"peer": "2001:db8::1", "local": "2001:db8::10"},
+                    "direction": "send",
+                    "message": {
+                        "update": {
+                            "announce": {"ipv6 unicast": {"x": ["2001:DB8:0:0::5/128"]}},
+                            "withdraw": {"ipv6 unicast": [{"nlri": "::ffff:1.2.3.4/128"}]},
+                        }
+                    },
+                },
+            },
+            SentUpdate(
+                "2001:db8::1",
+                "2001:db8::10",
+                (str(net("2001:db8::5/128")),),
+                (str(net("::ffff:1.2.3.4/128")),),
+            ),
+            id="ipv6-text-normalised-as-python-writes-it",
         ),
         pytest.param(
             update_doc(IBGP, [net("10.0.0.1/32")], direction="receive"), None, id="received"
@@ -120,7 +144,7 @@ CAPTURED = (
                     "direction": "send",
                     "message": {
                         "update": {
-                            "announce": {"ipv4 unicast": {"x": [{"nlri": "not-a-prefix"}, 7]}},
+                            "announce": {"ipv6 unicast": {"x": [{"nlri": "not:a:prefix"}, 7]}},
                             "withdraw": {"ipv4 unicast": "odd"},
                         }
                     },
