@@ -19,6 +19,7 @@ import pytest
 from k8s_kit import endpoint_slice, lb_service
 from k8s_kit import node as node_object
 
+from kbgpd_lab.kit.measure import exposition_samples as _samples
 from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.netns import Netns
 from kbgpd_lab.lab.routers import Router
@@ -81,16 +82,6 @@ def _retained(node: Netns) -> dict[str, str]:
 
 def _scrape(node: Netns, path: str = "/metrics") -> subprocess.CompletedProcess[str]:
     return node.run(["curl", "-s", "-f", f"http://{LISTENER}{path}"], check=False, timeout=10)
-
-
-def _samples(text: str) -> dict[str, float]:
-    """'name{labels}' -> value, from the text exposition."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
 @pytest.fixture
