@@ -710,13 +710,17 @@ class RouteEvent:
 
 @dataclass(frozen=True, slots=True)
 class PeerEvent:
-    """A BGP session state change."""
+    """A BGP session state change, or (MQTT, bgpd.mqtt.MQTTPublisher.follow_peers) a change
+    of the peer's route counts; the counts as in PeerStatus."""
 
     node: NodeName
     peer: PeerName
     state: SessionState
     reason: str
     at: float
+    desired: int = 0
+    accepted: int = 0
+    advertised: int = 0
 
 
 SpeakerEvent = RouteEvent | PeerEvent

@@ -532,7 +532,18 @@ class DriverCore:
                     hold_down=round(verdict.hold_down, 1),
                     hint=f"session to {name} flapping: {FLAP_HINT}",
                 )
-        self.emit(PeerEvent(self.node, name, state, reason, at))
+        self.emit(
+            PeerEvent(
+                self.node,
+                name,
+                state,
+                reason,
+                at,
+                desired=self._desired_count(name),
+                accepted=len(self._accepted.get(name, {})),
+                advertised=self._advertised_count(name),
+            )
+        )
 
     # ------------------------------------------------------------------ inputs: desired
 
@@ -837,6 +848,17 @@ class DriverCore:
                 out[peer] = routes
         return out
 
+    def _desired_count(self, peer: PeerName) -> int:
+        """len(effective()[peer]) without building it: the peer's desired prefixes of its
+        session's family, none in WITHDRAWN mode, nor in RETAINED for a peer without
+        graceful restart (DRAINING changes attributes, not prefixes)."""
+        n = self._neighbors.get(peer)
+        if n is None or self.mode is DriverMode.WITHDRAWN:
+            return 0
+        if self.mode is DriverMode.RETAINED and not n.graceful_restart:
+            return 0
+        return self._version_counts.get(peer, {}).get(n.peer.family, 0)
+
     def _advertised_count(self, peer: PeerName) -> int:
         wire = self._wire.get(peer)
         if not wire:
@@ -885,7 +907,7 @@ class DriverCore:
                 reason=s.reason,
                 accepted=len(have),
                 pending=len(todo) + len(gone),
-                desired=len(want),
+                desired=self._desired_count(name),
                 advertised=self._advertised_count(name),
             )
         return out

@@ -924,6 +924,9 @@ class Speaker:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()
                     tg.create_task(self.mqtt.follow(events), name="mqtt-events")
+                    tg.create_task(
+                        self.mqtt.follow_peers(self.driver.peer_status), name="mqtt-peers"
+                    )
                 for name, companion in self.companions.items():
                     tg.create_task(self._companion(name, companion), name=name)
         except* _Stop:

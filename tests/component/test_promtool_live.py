@@ -156,13 +156,22 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert samples["kube_bgpd_mqtt_connected"] == 1.0
         assert _scrape(node, "/readyz").returncode == 0
 
+        peer_topic = "kube-bgpd/node1/peers/tor"
+
+        def two_routes_advertised() -> dict[str, str] | None:
+            r = _retained(node)
+            routes = [t for t in r if "/routes/" in t]
+            peer = json.loads(r.get(peer_topic) or "{}")
+            return r if len(routes) == 2 and peer.get("advertised") == 2 else None
+
         retained = wait_until(
-            lambda: (r := _retained(node)) and len([t for t in r if "/routes/" in t]) == 2 and r,
+            two_routes_advertised,
             within=30,
             poll=0.2,
-            what="two retained routes",
+            what="two retained routes, the peer's document saying 2 advertised",
         )
-        assert json.loads(retained["kube-bgpd/node1/peers/tor"])["state"] == "up"
+        peer_doc = json.loads(retained[peer_topic])
+        assert (peer_doc["state"], peer_doc["desired"], peer_doc["accepted"]) == ("up", 2, 2)
         route = json.loads(retained["kube-bgpd/node1/routes/10.99.100.5_32"])
         assert (route["state"], route["communities"]) == ("announced", ["65000:7"])
         assert retained["kube-bgpd/node1/status"] == "online"

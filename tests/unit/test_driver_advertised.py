@@ -32,7 +32,14 @@ from test_driver_core import (
 from bgpd.exabgp.driver import repair_event
 from bgpd.exabgp.plan import Command, CommandKind
 from bgpd.exabgp.sent import SentUpdate, sent_update
-from bgpd.model import IPNetwork, PeerName, RouteAttributes, SessionState
+from bgpd.model import (
+    IPNetwork,
+    PeerEvent,
+    PeerName,
+    RouteAttributes,
+    SessionState,
+    SpeakerEvent,
+)
 
 
 def update_doc(
@@ -198,6 +205,23 @@ def test_a_session_life_desired_accepted_advertised() -> None:
     assert c.peer_status()[GR].advertised == 1
 
 
+def test_session_events_carry_the_three_counts() -> None:
+    """A PeerEvent (MQTT's peer document) says what the peer has at that moment: at a
+    session's going down, nothing advertised; at its coming up, nothing sent yet."""
+    events: list[SpeakerEvent] = []
+    c = core(events=events)
+    c.apply({IBGP: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
+    answer_all(c)
+    c.on_event(state_doc(IBGP, SessionState.UP), 1.0)
+    c.on_event(update_doc(IBGP, [net("10.0.0.1/32"), net("10.0.0.2/32")]), 1.0)
+    c.on_event(state_doc(IBGP, SessionState.DOWN), 2.0)
+    sessions = [e for e in events if isinstance(e, PeerEvent)]
+    assert [(e.state, e.desired, e.accepted, e.advertised) for e in sessions] == [
+        (SessionState.UP, 2, 2, 0),
+        (SessionState.DOWN, 2, 2, 0),
+    ]
+
+
 def test_an_exabgp_restart_advertises_nothing_until_sent_again() -> None:
     c = core()
     c.apply({IBGP: {net("10.0.0.1/32"): PLAIN}})
@@ -250,9 +274,11 @@ class Wire(RuleBasedStateMachine):
         self.router: dict[PeerName, set[IPNetwork]] = {}
         self.up: set[PeerName] = set()
         self.outstanding: list[Command] = []
+        self.desired: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
 
     @rule(desired=route_sets)
     def apply(self, desired: dict[PeerName, dict[IPNetwork, RouteAttributes]]) -> None:
+        self.desired = desired
         self.core.apply(desired)
 
     @rule()
@@ -307,8 +333,10 @@ class Wire(RuleBasedStateMachine):
 
     @rule()
     def quiet(self) -> None:
-        """Everything answered ``done`` and every established session sent everything:
-        what is advertised to an established peer is what ExaBGP accepted for it."""
+        """The reconciler applies again (retrying refused routes), everything is answered
+        ``done`` and every established session sent everything: what is advertised to an
+        established peer is what ExaBGP accepted for it, which is what is desired."""
+        self.core.apply(self.desired)
         for _ in range(1000):
             self.send()
             if not self.outstanding:
@@ -332,6 +360,8 @@ class Wire(RuleBasedStateMachine):
         assert self.core.advertised() == {p: r for p, r in accepted.items() if p in self.up}
         for name, s in self.core.peer_status().items():
             assert s.advertised == (s.accepted if name in self.up else 0)
+            # Quiet: ExaBGP accepted exactly what is desired.
+            assert s.desired == s.accepted
 
     # -------------------------------------------------------------- always
 
