@@ -92,9 +92,7 @@ async def run(services: int, changes: int, work: Path) -> None:
         t0 = time.monotonic()
         speaker.reconcile_once(time.monotonic())
         assert await driver.wait_converged(300)
-        print(
-            f"{services} Services: first pass and all accepted in {time.monotonic() - t0:.2f} s"
-        )
+        print(f"{services} Services: first pass and all accepted in {time.monotonic() - t0:.2f} s")
         gc.collect()
         gc.freeze()  # as the speaker does after its first decision
         step = driver._step
@@ -122,9 +120,7 @@ async def run(services: int, changes: int, work: Path) -> None:
             passes.append(passed - start)
             totals.append(time.perf_counter() - start)
             steps.append(sum(step_times))
-        print(
-            f"one change: pass {ms(passes)}; driver steps {ms(steps)}; to accepted {ms(totals)}"
-        )
+        print(f"one change: pass {ms(passes)}; driver steps {ms(steps)}; to accepted {ms(totals)}")
 
         longest = [0.0, 0.0]
 
