@@ -140,9 +140,16 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
             what="up",
             within=20,
         )
+        # Advertised once ExaBGP reports the UPDATE it wrote (communities, large
+        # communities and MED in its JSON): the accepted routes, with their attributes.
+        await wait_until_async(
+            lambda: rt.driver.peer_status()[PeerName("tor")].advertised == 2,
+            what="2 advertised",
+            within=20,
+        )
         status = rt.driver.peer_status()[PeerName("tor")]
-        assert status.accepted == 2
-        assert status.pending == 0
+        assert (status.desired, status.accepted, status.pending) == (2, 2, 0)
+        assert rt.driver.advertised() == rt.driver.accepted()
         seen = [events.get_nowait() for _ in range(events.qsize())]
         announced = {e.prefix for e in seen if isinstance(e, RouteEvent)}
         assert announced == {net("10.99.100.1/32"), net("10.99.100.2/32")}
@@ -155,6 +162,11 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
             20,
         )
         assert rt.driver.stats.commands_sent["withdraw"] == 1
+        await wait_until_async(
+            lambda: rt.driver.advertised() == routes("tor", ["10.99.100.2/32"], attrs),
+            what="the withdrawn route no longer advertised",
+            within=20,
+        )
 
 
 def exabgp_children(rt: ExaBGPRuntime) -> list[int]:
