@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from bgpd.decision import prefix_text
+from bgpd.exabgp.advertised import AdvertisedRoutes
 from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
@@ -223,12 +223,10 @@ class DriverCore:
         self._desired: Routes = {}
         self._accepted: Routes = {}
         self._sent: Routes = {}
-        #: Per peer, the prefixes sent to the router in UPDATEs on its established
+        #: Per peer, the accepted routes sent to the router in UPDATEs on its established
         #: session since it came up, not withdrawn since (ExaBGP's reports: on_event);
         #: emptied when the session goes down or ExaBGP restarts.
-        #: Prefixes as text (prefix_text): ExaBGP reports text, and parsing 10,000 of
-        #: them into networks would cost more than everything else about a report.
-        self._wire: dict[PeerName, set[str]] = {}
+        self._advertised = AdvertisedRoutes()
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._sessions: dict[PeerName, _Session] = {}
@@ -304,7 +302,7 @@ class DriverCore:
         self._uncertain = {}
         self._accepted = {}
         self._sent = {}
-        self._wire = {}
+        self._advertised = AdvertisedRoutes()
         self._queue.clear()
         self._in_flight.clear()
         self._eor_due.clear()
@@ -356,7 +354,9 @@ class DriverCore:
                     self._uncertain[cmd.peer].difference_update(p for p, _ in cmd.changes)
                 acked = self._accepted.setdefault(cmd.peer, {})
                 emit, node, peer = self.emit, self.node, cmd.peer
+                accept = self._advertised.accept
                 for prefix, attrs in cmd.changes:
+                    accept(peer, prefix, attrs)
                     if attrs is None:
                         if acked.pop(prefix, None) is not None:
                             emit(RouteEvent(node, peer, prefix, RouteChange.WITHDRAWN, None, at))
@@ -401,11 +401,11 @@ class DriverCore:
             self._reload_due = (self._reload_due or set()) | forgotten
             return
         for peer in sorted(
-            set(self._accepted) | set(self._uncertain) | set(self._wire) | forgotten
+            set(self._accepted) | set(self._uncertain) | self._advertised.peers() | forgotten
         ):
             if peer not in self._neighbors:
                 self._uncertain.pop(peer, None)
-                self._wire.pop(peer, None)
+                self._advertised.drop(peer)
                 self._forget(peer, at)
             elif peer in forgotten:
                 held = self._forget(peer, at)
@@ -420,6 +420,7 @@ class DriverCore:
         session closed, or is a new one): returns the prefixes it had accepted."""
         self._sent.pop(peer, None)
         held = list(self._accepted.pop(peer, {}))
+        self._advertised.forget(peer)
         for prefix in held:
             self.emit(RouteEvent(self.node, peer, prefix, RouteChange.WITHDRAWN, None, at))
         return held
@@ -473,9 +474,7 @@ class DriverCore:
         name = self._peer_of(doc)
         if name is None:
             return
-        wire = self._wire.setdefault(name, set())
-        wire.difference_update(update.withdrawn)
-        wire.update(update.announced)
+        self._advertised.sent(name, update.announced, update.withdrawn)
 
     def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
         neighbor = doc.get("neighbor")
@@ -500,7 +499,7 @@ class DriverCore:
             # Not established: the router dropped what it was sent (RFC 4271 9.2: a
             # closed session's routes are removed; graceful restart keeps them stale
             # only until End-of-RIB). ExaBGP re-sends them after re-establishment.
-            self._wire.pop(name, None)
+            self._advertised.down(name)
         if reason or state is not SessionState.UP:
             s.reason = reason
         limiter = self._log_limiter
@@ -839,14 +838,7 @@ class DriverCore:
         it is down). With the accepted attributes, and a subset of accepted() by
         definition: a prefix whose withdraw ExaBGP accepted is no longer counted, though
         its withdrawing UPDATE may leave a few milliseconds later."""
-        out: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
-        for peer, wire in self._wire.items():
-            routes = {
-                p: a for p, a in self._accepted.get(peer, {}).items() if prefix_text(p) in wire
-            }
-            if routes:
-                out[peer] = routes
-        return out
+        return self._advertised.routes()
 
     def _desired_count(self, peer: PeerName) -> int:
         """len(effective()[peer]) without building it: the peer's desired prefixes of its
@@ -860,10 +852,7 @@ class DriverCore:
         return self._version_counts.get(peer, {}).get(n.peer.family, 0)
 
     def _advertised_count(self, peer: PeerName) -> int:
-        wire = self._wire.get(peer)
-        if not wire:
-            return 0
-        return sum(prefix_text(p) in wire for p in self._accepted.get(peer, {}))
+        return self._advertised.count(peer)
 
     def held_down(self, now: float) -> set[PeerName]:
         """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""

@@ -19,6 +19,7 @@ from test_driver_core import (
     BY_NAME,
     GR,
     IBGP,
+    NEIGHBORS,
     PLAIN,
     TAGGED,
     V6,
@@ -233,6 +234,28 @@ def test_an_exabgp_restart_advertises_nothing_until_sent_again() -> None:
     c.connect()
     assert c.advertised() == {}
     assert c.peer_status()[IBGP].advertised == 0
+
+
+def test_a_reload_that_removes_a_peer_or_forgets_its_routes() -> None:
+    """A peer gone from ExaBGP's configuration advertises nothing; a peer ExaBGP forgot
+    (re-keyed: its accepted routes are no longer known) advertises nothing until ExaBGP
+    accepted them again, and then what is still on the wire."""
+    c = core()
+    routes = {GR: {net("10.0.0.1/32"): PLAIN}, IBGP: {net("10.0.0.2/32"): PLAIN}}
+    c.apply(routes)
+    answer_all(c)
+    for peer in (GR, IBGP):
+        c.on_event(state_doc(peer, SessionState.UP), 1.0)
+        c.on_event(update_doc(peer, list(routes[peer])), 1.0)
+    assert c.advertised() == routes
+    kept = [n for n in NEIGHBORS if n.name != GR]
+    c.reload(kept, {GR, IBGP})
+    answer_all(c)
+    assert c.advertised() == {}
+    c.apply({IBGP: routes[IBGP]})
+    answer_all(c, now=1.0)
+    assert c.advertised() == {IBGP: routes[IBGP]}
+    assert GR not in c.peer_status()
 
 
 def test_an_update_for_an_unknown_session_is_ignored() -> None:
