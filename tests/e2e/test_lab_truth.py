@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
+from bgpd.cli import control
 from kbgpd_lab.kit.measure import exposition_samples as samples
 from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.lab import STATUS_ADDRESS, Lab, LabService
@@ -46,8 +47,12 @@ RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "alerts.
 
 
 def counts(lab: Lab) -> tuple[str, int, int, int]:
-    """The peer's session state and (desired, accepted, advertised) from /status."""
-    (peer,) = [p for p in lab.speaker_status(1)["peers"] if p["name"] == PEER]
+    """The peer's session state and (desired, accepted, advertised) from /status, asked
+    on the speaker's control socket from this process (a unix socket is reached from any
+    network namespace; polling through `kube-bgpd status` would start a process a poll)."""
+    where = control.Target(socket=lab.dir / "node1" / "work" / control.CONTROL_SOCKET, address=None)
+    doc = control.call(where, "GET", "/status", 10)
+    (peer,) = [p for p in doc["peers"] if p["name"] == PEER]
     return peer["state"], peer["desired"], peer["accepted"], peer["advertised"]
 
 
