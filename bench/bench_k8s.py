@@ -26,7 +26,7 @@ the figures include up to ~1 ms of polling granularity. In order, it measures:
    simulator (``--write http``, the default: one kept-alive connection from a thread in
    the simulator's namespace, the clock started just before the request is written) or
    a write straight into the simulator's store (``--write store``); next to the
-   speaker's own means of ``kube_bgpd_convergence_seconds`` (decide, acknowledge, total)
+   speaker's own means of ``kube_bgpd_convergence_seconds`` (decide, accept, total)
    and ``kube_bgpd_reconcile_duration_seconds`` over the same changes;
 3. sustained load: ``--rate`` EndpointSlice changes per second for ``--seconds``. With
    ``--write http`` they are HTTP merge PATCHes from a writer process in the simulator's

@@ -8,7 +8,7 @@ metrics, status) and, instead of ExaBGP, a task on the driver's socket that answ
 ``done`` to every command (ExaBGP's own time is what bench_k8s.py measures). Then it
 flips one Service's endpoint ``--changes`` times and reports, per change: the reconcile
 pass (source handler, snapshot, decide, Events, render, apply), the driver's steps
-(plan and send) and the time until the driver saw every command acknowledged. Last, the
+(plan and send) and the time until the driver saw every command accepted. Last, the
 time one /metrics and one /status take on the event loop and in their worker threads,
 and the longest full garbage collection meanwhile.
 """
@@ -92,9 +92,7 @@ async def run(services: int, changes: int, work: Path) -> None:
         t0 = time.monotonic()
         speaker.reconcile_once(time.monotonic())
         assert await driver.wait_converged(300)
-        print(
-            f"{services} Services: first pass and all acknowledged in {time.monotonic() - t0:.2f} s"
-        )
+        print(f"{services} Services: first pass and all accepted in {time.monotonic() - t0:.2f} s")
         gc.collect()
         gc.freeze()  # as the speaker does after its first decision
         step = driver._step
@@ -122,9 +120,7 @@ async def run(services: int, changes: int, work: Path) -> None:
             passes.append(passed - start)
             totals.append(time.perf_counter() - start)
             steps.append(sum(step_times))
-        print(
-            f"one change: pass {ms(passes)}; driver steps {ms(steps)}; to acknowledged {ms(totals)}"
-        )
+        print(f"one change: pass {ms(passes)}; driver steps {ms(steps)}; to accepted {ms(totals)}")
 
         longest = [0.0, 0.0]
 

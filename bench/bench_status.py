@@ -16,7 +16,7 @@ ServiceBGPStatus objects of node1 that they should have: the speaker takes them 
 (none is written again). Twice, with SpeakerConfig clusterStatus on and off:
 
 1. start the speaker and wait until every Service is routed (its /metrics:
-   ``kube_bgpd_bgp_prefixes_acknowledged``), counting the status writes of the start;
+   ``kube_bgpd_bgp_prefixes_accepted``), counting the status writes of the start;
 2. ``--rate`` EndpointSlice changes a second for ``--seconds`` seconds, each flipping the
    readiness of one of the first ``--load-services`` Services (every change withdraws
    or re-announces a route, so the Service's ServiceBGPStatus is deleted or created);
@@ -149,7 +149,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def acknowledged(metrics_port: int) -> int:
+def accepted(metrics_port: int) -> int:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as r:
             text = r.read().decode()
@@ -157,7 +157,7 @@ def acknowledged(metrics_port: int) -> int:
         return -1
     total = 0
     for line in text.splitlines():
-        if line.startswith("kube_bgpd_bgp_prefixes_acknowledged{"):
+        if line.startswith("kube_bgpd_bgp_prefixes_accepted{"):
             total += int(float(line.rsplit(" ", 1)[1]))
     return total
 
@@ -222,7 +222,7 @@ def run_once(
             )
         try:
             t1 = time.monotonic()
-            while acknowledged(metrics_port) < args.services:
+            while accepted(metrics_port) < args.services:
                 if proc.poll() is not None or time.monotonic() - t1 > 600:
                     raise SystemExit(f"speaker did not converge; see {log}")
                 time.sleep(0.5)

@@ -84,13 +84,13 @@ LATENCY_BUCKETS: tuple[float, ...] = (
 
 class ConvergencePhase(StrEnum):
     """The legs of "a Kubernetes change reaches the routers", timed separately so a slow
-    leg is visible: the debounce and decision, then ExaBGP's acknowledgement."""
+    leg is visible: the debounce and decision, then ExaBGP accepting the commands."""
 
     #: A watch event was received -> the decision that reflects it was made.
     DECIDE = "decide"
-    #: The decision was handed to the driver -> ExaBGP acknowledged every command (`done`).
-    ACKNOWLEDGE = "acknowledge"
-    #: A watch event was received -> ExaBGP acknowledged: what an operator waits for.
+    #: The decision was handed to the driver -> ExaBGP accepted every command (`done`).
+    ACCEPT = "accept"
+    #: A watch event was received -> ExaBGP accepted: what an operator waits for.
     TOTAL = "total"
 
 
@@ -103,11 +103,18 @@ class SpeakerView(Protocol):
     value that the caller will not mutate afterwards."""
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
-        """Session state and acknowledged/pending counts per configured peer."""
+        """Session state and desired/accepted/advertised/pending counts per configured
+        peer."""
         ...
 
-    def acknowledged(self) -> DesiredRoutes:
-        """The routes ExaBGP acknowledged (`done`), per peer: what the routers were sent."""
+    def accepted(self) -> DesiredRoutes:
+        """The routes ExaBGP accepted (`done`), per peer: in its adj-rib-out, also while
+        the session is down."""
+        ...
+
+    def advertised(self) -> DesiredRoutes:
+        """The accepted routes sent to the router on its established session, per peer
+        (the routes on the wire; empty while the session is down)."""
         ...
 
     def last_decision(self) -> Decision | None:
@@ -171,7 +178,7 @@ class StaticSpeakerView:
     `promtool` checks feed the collector. The live speaker adapts its driver instead."""
 
     peers: Mapping[PeerName, PeerStatus] = field(default_factory=dict)
-    routes: DesiredRoutes = field(default_factory=dict)
+    accepted_routes: DesiredRoutes = field(default_factory=dict)
     decision: Decision | None = None
     snapshot: ClusterSnapshot | None = None
     running: bool = False
@@ -181,12 +188,16 @@ class StaticSpeakerView:
     stale: bool = False
     kinds_synced: Mapping[str, bool] = field(default_factory=dict)
     source_stale: bool = False
+    advertised_routes: DesiredRoutes = field(default_factory=dict)
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         return self.peers
 
-    def acknowledged(self) -> DesiredRoutes:
-        return self.routes
+    def accepted(self) -> DesiredRoutes:
+        return self.accepted_routes
+
+    def advertised(self) -> DesiredRoutes:
+        return self.advertised_routes
 
     def last_decision(self) -> Decision | None:
         return self.decision
@@ -223,7 +234,7 @@ class SpeakerProbes:
     importing any of them (each callable is read at scrape time)."""
 
     peers: Callable[[], Mapping[PeerName, PeerStatus]]
-    routes: Callable[[], DesiredRoutes]
+    accepted_routes: Callable[[], DesiredRoutes]
     decision: Callable[[], Decision | None]
     snapshot: Callable[[], ClusterSnapshot | None]
     running: Callable[[], bool]
@@ -233,12 +244,16 @@ class SpeakerProbes:
     stale: Callable[[], bool]
     kinds_synced: Callable[[], Mapping[str, bool]]
     source_stale: Callable[[], bool]
+    advertised_routes: Callable[[], DesiredRoutes]
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         return self.peers()
 
-    def acknowledged(self) -> DesiredRoutes:
-        return self.routes()
+    def accepted(self) -> DesiredRoutes:
+        return self.accepted_routes()
+
+    def advertised(self) -> DesiredRoutes:
+        return self.advertised_routes()
 
     def last_decision(self) -> Decision | None:
         return self.decision()
@@ -280,7 +295,7 @@ _Family = GaugeMetricFamily | CounterMetricFamily
 
 class _LateGauge(GaugeMetricFamily):
     """A gauge family whose samples are built when first read, by `fill`, from immutable
-    data captured at collect time (a Decision, a snapshot, a copy of the acknowledged
+    data captured at collect time (a Decision, a snapshot, a copy of the advertised
     routes). The per-route families of 10,000s of routes are then built where they are
     encoded, in /metrics' worker thread, not in the speaker's event loop; any other
     reader (generate_latest in tests) gets the same samples."""
@@ -337,11 +352,13 @@ def serving_services(decision: Decision, snapshot: ClusterSnapshot | None) -> di
     return {k: sum(1 for ep in snapshot.endpoints_of(k) if ep.can_serve) for k in sorted(keys)}
 
 
-def _announced_samples(family: GaugeMetricFamily, decision: Decision, ack: DesiredRoutes) -> None:
+def _announced_samples(
+    family: GaugeMetricFamily, decision: Decision, advertised: DesiredRoutes
+) -> None:
     # The decision is already ordered (peer, prefix); the text of each prefix is
     # memoised (prefix_text), the rest is one sample per route and Service.
     for route in decision.routes:
-        value = 1 if route.prefix in ack.get(route.peer, {}) else 0
+        value = 1 if route.prefix in advertised.get(route.peer, {}) else 0
         prefix = prefix_text(route.prefix)
         for svc in route.services:
             family.add_metric([svc, prefix, route.peer], value)
@@ -375,7 +392,7 @@ class SpeakerCollector(Collector):
             info,
             up,
             since,
-            acked,
+            accepted,
             pending,
             announced,
             skipped,
@@ -387,6 +404,8 @@ class SpeakerCollector(Collector):
             stale,
             synced,
             cluster_stale,
+            desired,
+            advertised,
         ) = fams
         view = self._view
         info.add_metric([self._node, __version__], 1)
@@ -395,18 +414,20 @@ class SpeakerCollector(Collector):
             up.add_metric([name], 1 if st.state is SessionState.UP else 0)
             if st.since is not None:
                 since.add_metric([name], st.since)
-            acked.add_metric([name], st.acknowledged)
+            accepted.add_metric([name], st.accepted)
             pending.add_metric([name], st.pending)
+            desired.add_metric([name], st.desired)
+            advertised.add_metric([name], st.advertised)
 
         decision = view.last_decision()
         if decision is not None:
             # Per route and per Service: built late (see _LateGauge) from the immutable
-            # decision and snapshot and a copy of what ExaBGP acknowledged.
-            ack = view.acknowledged()
+            # decision and snapshot and a copy of what the routers were sent.
+            on_wire = view.advertised()
             snapshot = view.last_snapshot()
             assert isinstance(announced, _LateGauge)
             assert isinstance(serving, _LateGauge)
-            announced.defer(lambda family: _announced_samples(family, decision, ack))
+            announced.defer(lambda family: _announced_samples(family, decision, on_wire))
             serving.defer(lambda family: _serving_samples(family, decision, snapshot))
             for reason, count in sorted(skipped_counts(decision).items()):
                 skipped.add_metric([reason.value], count)
@@ -437,19 +458,23 @@ class SpeakerCollector(Collector):
                 ["peer"],
             ),
             _gauge(
-                "bgp_prefixes_acknowledged",
-                "Prefixes ExaBGP acknowledged for the peer (sent, not only desired).",
+                "bgp_prefixes_accepted",
+                "Prefixes ExaBGP accepted for the peer (answered done: in its adj-rib-out, "
+                "also while the session is down).",
                 ["peer"],
             ),
             _gauge(
                 "bgp_prefixes_pending",
-                "Announce or withdraw commands for the peer not yet acknowledged by ExaBGP.",
+                "Announce or withdraw commands for the peer not yet accepted by ExaBGP.",
                 ["peer"],
             ),
             _late_gauge(
                 "service_announced",
-                "Per Service, prefix and peer this node decided to announce: 1 once ExaBGP "
-                "acknowledged it, 0 while pending. Absent when not announced.",
+                "Per Service, prefix and peer this node decided to announce: 1 while the "
+                "prefix is advertised to the peer (sent in UPDATEs on its established "
+                "session), 0 while not (pending, or the session down). Absent when not "
+                "decided. A Service is announced when advertised to at least one peer: "
+                "max over peer and node.",
                 ["service", "prefix", "peer"],
             ),
             _gauge(
@@ -478,6 +503,17 @@ class SpeakerCollector(Collector):
             _gauge(
                 "cluster_stale",
                 "1 while the cluster source is stale (watch lost): decisions are paused.",
+            ),
+            _gauge(
+                "bgp_prefixes_desired",
+                "Prefixes the decision wants the peer to have (as the drain state leaves them).",
+                ["peer"],
+            ),
+            _gauge(
+                "bgp_prefixes_advertised",
+                "Prefixes sent to the peer in UPDATEs on its established session and not "
+                "withdrawn since: 0 while the session is down.",
+                ["peer"],
             ),
         )
 
@@ -661,8 +697,7 @@ class SpeakerMetrics:
         )
         self._convergence = Histogram(
             _name("convergence_seconds"),
-            "Latency from a Kubernetes event to the routers, by phase "
-            "(decide, acknowledge, total).",
+            "Latency from a Kubernetes event to the routers, by phase (decide, accept, total).",
             ["phase"],
             buckets=LATENCY_BUCKETS,
             registry=registry,

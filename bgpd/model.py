@@ -703,8 +703,14 @@ class SessionState(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class PeerStatus:
-    """What the speaker knows about one peer: session state from ExaBGP's JSON events and
-    the routes ExaBGP acknowledged (`done`), for metrics, status, MQTT and explain."""
+    """What the speaker knows about one peer, for metrics, status, MQTT and explain:
+    session state from ExaBGP's JSON events and three route counts, one name each
+    everywhere: ``desired`` (the routes the decision wants the peer to have, as the
+    drain state leaves them), ``accepted`` (ExaBGP answered ``done``: in its
+    adj-rib-out, also while the session is down) and ``advertised`` (sent to the router
+    in UPDATEs on the established session since it came up, and not withdrawn since:
+    0 while the session is down). advertised <= accepted; after a re-establishment
+    advertised climbs back as ExaBGP re-sends."""
 
     peer: PeerName
     address: IPAddress
@@ -713,8 +719,10 @@ class PeerStatus:
     since: float | None = None
     #: ExaBGP's reason for the last down, e.g. "hold timer expired" or "connection refused".
     reason: str = ""
-    acknowledged: int = 0
+    accepted: int = 0
     pending: int = 0
+    desired: int = 0
+    advertised: int = 0
 
 
 class RouteChange(StrEnum):
@@ -724,7 +732,7 @@ class RouteChange(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RouteEvent:
-    """A route this node started or stopped announcing to a peer (acknowledged by ExaBGP)."""
+    """A route this node started or stopped announcing to a peer (accepted by ExaBGP)."""
 
     node: NodeName
     peer: PeerName
@@ -736,13 +744,17 @@ class RouteEvent:
 
 @dataclass(frozen=True, slots=True)
 class PeerEvent:
-    """A BGP session state change."""
+    """A BGP session state change, or (MQTT, bgpd.mqtt.MQTTPublisher.follow_peers) a change
+    of the peer's route counts; the counts as in PeerStatus."""
 
     node: NodeName
     peer: PeerName
     state: SessionState
     reason: str
     at: float
+    desired: int = 0
+    accepted: int = 0
+    advertised: int = 0
 
 
 @dataclass(frozen=True, slots=True)

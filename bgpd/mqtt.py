@@ -9,7 +9,10 @@ Off unless SpeakerConfig.mqtt is set. Topics (documented in docs/observability.m
   withdraw publishes the JSON event (not retained, for live subscribers) and then clears
   the retained message with an empty payload (MQTT 3.1.1 3.3.1.3), so the retained set is
   exactly what the node announces now instead of every prefix it ever announced.
-* ``<topic_prefix>/<node>/peers/<peer>``: the session state, retained.
+* ``<topic_prefix>/<node>/peers/<peer>``: the session state and the peer's three route
+  counts (``desired``, ``accepted`` by ExaBGP, ``advertised`` on the established
+  session), retained; published on every state change and, by ``follow_peers``, when
+  the counts change (at most once per ``every`` seconds per peer).
 * ``<topic_prefix>/<node>/bfd/<peer>``: the peer's BFD session state, retained (only
   for peers with a bfdProfile).
 * ``<topic_prefix>/<node>/bfd/<peer>/teardown``: the BGP session was torn down because
@@ -46,7 +49,8 @@ import json
 import logging
 import random
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import aiomqtt
@@ -61,6 +65,7 @@ from bgpd.model import (
     NodeName,
     PeerEvent,
     PeerName,
+    PeerStatus,
     RouteChange,
     SpeakerEvent,
 )
@@ -134,6 +139,9 @@ def event_payload(event: SpeakerEvent) -> dict[str, object]:
             "state": event.state.value,
             "reason": event.reason,
             "at": event.at,
+            "desired": event.desired,
+            "accepted": event.accepted,
+            "advertised": event.advertised,
         }
     if isinstance(event, BfdEvent):
         return {
@@ -177,6 +185,27 @@ def messages(topic_prefix: str, event: SpeakerEvent) -> tuple[Message, ...]:
     if event.change is RouteChange.ANNOUNCED:
         return (Message(topic, payload, True),)
     return (Message(topic, payload, False), Message(topic, b"", True))
+
+
+def peer_counts_changed(
+    node: NodeName,
+    statuses: Mapping[PeerName, PeerStatus],
+    last: dict[PeerName, tuple[object, ...]],
+    at: float,
+) -> list[PeerEvent]:
+    """A PeerEvent for each peer whose state or counts differ from ``last`` (updated in
+    place; a peer gone is forgotten)."""
+    out = []
+    for name, s in sorted(statuses.items()):
+        key = (s.state, s.reason, s.desired, s.accepted, s.advertised)
+        if last.get(name) != key:
+            last[name] = key
+            out.append(
+                PeerEvent(node, name, s.state, s.reason, at, s.desired, s.accepted, s.advertised)
+            )
+    for name in set(last) - set(statuses):
+        del last[name]
+    return out
 
 
 def backoff_delay(
@@ -260,6 +289,22 @@ class MQTTPublisher:
         """Forward a subscription queue (the driver's) into `publish` until cancelled."""
         while True:
             self.publish(await events.get())
+
+    async def follow_peers(
+        self,
+        read: Callable[[], Mapping[PeerName, PeerStatus]],
+        *,
+        every: float = 1.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Every ``every`` seconds, publish each peer whose state or route counts changed
+        (peer_counts_changed()): the counts move with every UPDATE, so they are sampled,
+        not sent per route (a 10,000-route table would be 10,000 messages)."""
+        last: dict[PeerName, tuple[object, ...]] = {}
+        while True:
+            for event in peer_counts_changed(self.node, read(), last, clock()):
+                self.publish(event)
+            await asyncio.sleep(every)
 
     # ------------------------------------------------------------------ network side
 

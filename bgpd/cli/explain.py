@@ -3,7 +3,10 @@ other LoadBalancer Service is not announced, computed offline from config files 
 cluster dump (`kubectl get services,endpointslices,nodes -A -o yaml` or `-o json`).
 
 With ``--from-speaker`` it answers from the running speaker instead (its last applied
-decision, read from GET /status on --metrics-address), through the same rendering.
+decision, read from GET /status on --metrics-address), through the same rendering, plus
+what became of each route: ``state`` ``advertised`` (on the wire to the router),
+``accepted`` (ExaBGP holds it, the session does not carry it) or ``pending``, and each
+peer's session with its desired / accepted / advertised counts (live_peers()).
 
 With ``--allocation`` it previews the controller instead: what allocate() would write to
 each LoadBalancer Service of the dump (kept, assigned, changed, failed and why), so a
@@ -21,10 +24,12 @@ import argparse
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from bgpd.model import ClusterSnapshot, Config, ServiceKey
+    from bgpd.explain import JSONValue
+    from bgpd.model import ClusterSnapshot, Config, Decision, ServiceKey
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -224,13 +229,82 @@ def _from_speaker(
     if asked and asked != [decision.node]:
         print(f"{prog}: the speaker at {address} runs on node {decision.node}", file=err)
         return EXIT_USAGE
+    states = route_states(doc.get("routes", ()))
+    peers = live_peers(doc.get("peers", ()))
     if args.output == "json":
         value = explain_json([decision], service, single=len(asked) == 1)
+        for node in value if isinstance(value, list) else [value]:
+            assert isinstance(node, dict)
+            routes = node["routes"]
+            assert isinstance(routes, list)
+            for entry in routes:
+                assert isinstance(entry, dict)
+                entry["state"] = states.get((str(entry["peer"]), str(entry["prefix"])), "pending")
+            node["peers"] = [dict(p) for p in peers]
         out.write(json.dumps(value, indent=2) + "\n")
     else:
         out.write(explain_table([decision], service))
+        out.write(live_table(decision, service, states, peers))
         # A route reaches a BFD-enabled peer only over a confirmed path: show the sessions.
         bfd = bfd_table(doc, time.time())
         if bfd is not None:
             out.write(f"\n{bfd}\n")
     return EXIT_OK
+
+
+def route_states(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], str]:
+    """(peer, prefix) -> "advertised" or "accepted", from /status "routes" (the routes
+    ExaBGP accepted, each with whether it is advertised); a route absent is pending."""
+    return {
+        (str(r["peer"]), str(r["prefix"])): "advertised" if r.get("advertised") else "accepted"
+        for r in rows
+    }
+
+
+def live_peers(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, JSONValue]]:
+    """Each peer's session and the three route counts, from /status "peers"."""
+    return [
+        {
+            "peer": str(p["name"]),
+            "state": str(p["state"]),
+            "desired": int(p.get("desired", 0)),
+            "accepted": int(p.get("accepted", 0)),
+            "advertised": int(p.get("advertised", 0)),
+        }
+        for p in rows
+    ]
+
+
+def live_table(
+    decision: Decision,
+    service: ServiceKey | None,
+    states: Mapping[tuple[str, str], str],
+    peers: Sequence[Mapping[str, JSONValue]],
+) -> str:
+    """What became of the decision's routes at the routers, then the sessions."""
+    from bgpd.decision import prefix_text
+    from bgpd.explain import route_entries, table_lines
+
+    lines = ["  at the routers:"]
+    rows = [
+        [key, prefix_text(r.prefix), r.peer, states.get((r.peer, prefix_text(r.prefix)), "pending")]
+        for key, r in route_entries(decision, service)
+    ]
+    if rows:
+        lines += table_lines(("SERVICE", "PREFIX", "PEER", "STATE"), rows, "  ")
+    lines.append("  sessions:")
+    lines += table_lines(
+        ("PEER", "STATE", "DESIRED", "ACCEPTED", "ADVERTISED"),
+        [
+            [
+                str(p["peer"]),
+                str(p["state"]),
+                str(p["desired"]),
+                str(p["accepted"]),
+                str(p["advertised"]),
+            ]
+            for p in peers
+        ],
+        "  ",
+    )
+    return "\n".join(lines) + "\n"

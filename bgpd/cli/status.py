@@ -1,6 +1,8 @@
 """`kube-bgpd status`: print a running speaker's peers and routes (GET /status).
 
-Two tables, peers then routes, from the speaker's control socket in its work directory,
+Two tables, peers (with the three route counts: DESIRED by the decision, ACCEPTED by
+ExaBGP, ADVERTISED on the established session) then routes (each accepted route, and
+whether it is advertised), from the speaker's control socket in its work directory,
 or its network listener with ``--metrics-address`` (which serves ``/status`` only with
 SpeakerConfig ``exposeStatus``): bgpd.cli.control. ``--json`` prints the document as is.
 Standard library only.
@@ -57,14 +59,26 @@ def render(doc: Mapping[str, Any], now: float) -> str:
         f"restarts {exa.get('restarts')}"
     )
     peers = table(
-        ("PEER", "ADDRESS", "STATE", "SINCE", "ROUTES", "PENDING", "REASON"),
+        (
+            "PEER",
+            "ADDRESS",
+            "STATE",
+            "SINCE",
+            "DESIRED",
+            "ACCEPTED",
+            "ADVERTISED",
+            "PENDING",
+            "REASON",
+        ),
         [
             (
                 p["name"],
                 p["address"],
                 p["state"],
                 _ago(p.get("since"), now),
-                p["acknowledged"],
+                p["desired"],
+                p["accepted"],
+                p["advertised"],
                 p["pending"],
                 p.get("reason") or "",
             )
@@ -72,11 +86,12 @@ def render(doc: Mapping[str, Any], now: float) -> str:
         ],
     )
     routes = table(
-        ("PEER", "PREFIX", "COMMUNITIES", "LARGE", "LOCAL-PREF", "MED"),
+        ("PEER", "PREFIX", "ADVERTISED", "COMMUNITIES", "LARGE", "LOCAL-PREF", "MED"),
         [
             (
                 r["peer"],
                 r["prefix"],
+                "yes" if r["advertised"] else "no",
                 ",".join(r["communities"]),
                 ",".join(r["large_communities"]),
                 r["local_pref"],

@@ -2,8 +2,10 @@
 
 Role: everything the driver knows and decides between "the reconciler wants these
 routes" and "this line goes to ExaBGP": the desired set and the mode, what was sent and
-what ExaBGP acknowledged, the commands queued and in flight (the window), refused
-prefixes to retry, End-of-RIB due after a session came up, session states and counters.
+what ExaBGP accepted (answered ``done``) and what it advertised (sent to a router in
+UPDATEs on an established session), the commands queued and in flight (the window),
+refused prefixes to retry, End-of-RIB due after a session came up, session states and
+counters.
 The transport (driver.py) owns the socket, the helper's hello, asyncio and the clock; it
 feeds this core and writes what ``next_commands()`` returns.
 
@@ -21,15 +23,16 @@ Inputs:
 * ``apply(desired)`` / ``apply_changes(desired, changed)`` / ``set_mode(mode)``;
 * ``reset(at)``: a new ExaBGP starts with nothing (every route is replayed);
 * ``connect()`` / ``disconnect()``: a helper connection came or went (what was in flight
-  on it is unknown: plan again from what ExaBGP acknowledged);
+  on it is unknown: plan again from what ExaBGP accepted);
 * ``on_ack(done, at)``: ExaBGP's ``done`` / ``error`` answer to the oldest command in
-  flight; ``on_event(doc, at)``: one of ExaBGP's JSON messages (session states);
+  flight; ``on_event(doc, at)``: one of ExaBGP's JSON messages (session states, and the
+  UPDATEs it sent: bgpd.exabgp.sent);
 * ``next_commands(now)``: the commands to write now (recorded as in flight from ``now``);
   ``ack_timed_out(now)``: True once when the oldest command waited past ``ack_timeout``.
 
 ``at`` is wall-clock time stamped on events and peer states; ``now`` is a monotonic clock
-for the ack timeout. Outputs: the commands, ``converged``, ``acknowledged()``,
-``peer_status()``, ``stats`` and the events given to ``emit``.
+for the ack timeout. Outputs: the commands, ``converged``, ``accepted()``,
+``advertised()``, ``peer_status()``, ``stats`` and the events given to ``emit``.
 
 Incremental planning: after a plan, everything that differed is queued; until the next
 plan only apply_changes() (its prefixes are remembered as touched), sending and refused
@@ -51,6 +54,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from bgpd.exabgp.advertised import AdvertisedRoutes
 from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
@@ -66,6 +70,7 @@ from bgpd.exabgp.plan import (
     teardown_command,
 )
 from bgpd.exabgp.render import Neighbor
+from bgpd.exabgp.sent import sent_update
 from bgpd.logs import LogLimiter, log, log_limited
 from bgpd.model import (
     DesiredRoutes,
@@ -212,13 +217,17 @@ class DriverCore:
         self.mode = DriverMode.NORMAL
         #: A helper connection is there to write commands to.
         self.connected = False
-        #: ExaBGP acknowledged exactly the effective desired set and nothing is in flight
+        #: ExaBGP accepted exactly the effective desired set and nothing is in flight
         #: (set by next_commands(), cleared by anything that may change what is wanted).
         self.converged = False
         self._neighbors: dict[PeerName, Neighbor] = {}
         self._desired: Routes = {}
-        self._acked: Routes = {}
+        self._accepted: Routes = {}
         self._sent: Routes = {}
+        #: Per peer, the accepted routes sent to the router in UPDATEs on its established
+        #: session since it came up, not withdrawn since (ExaBGP's reports: on_event);
+        #: emptied when the session goes down or ExaBGP restarts.
+        self._advertised = AdvertisedRoutes()
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._sessions: dict[PeerName, _Session] = {}
@@ -275,7 +284,7 @@ class DriverCore:
         """The running ExaBGP re-reads its configuration file (already written) with these
         sessions: ``reload`` is sent first, alone; once answered, the ``forgotten`` peers
         (new to ExaBGP, or gone from it) hold nothing and everything is planned again.
-        Peers kept or reset by ExaBGP keep what it acknowledged (bgpd.exabgp.reload)."""
+        Peers kept or reset by ExaBGP keep what it accepted (bgpd.exabgp.reload)."""
         self._neighbors = {n.name: n for n in neighbors}
         self._sessions = {n.name: self._sessions.get(n.name, _Session()) for n in neighbors}
         self._eor_due &= set(self._neighbors)
@@ -296,10 +305,11 @@ class DriverCore:
         # It reads the configuration file as it is now: no reload is owed.
         self._reload_due, self._reload_sent, self._settle_due = None, None, False
         self._uncertain = {}
-        self._acked = {}
+        self._accepted = {}
         self._sent = {}
         # A new ExaBGP has no session to tear down.
         self._teardown_due.clear()
+        self._advertised = AdvertisedRoutes()
         self._queue.clear()
         self._in_flight.clear()
         self._eor_due.clear()
@@ -312,7 +322,7 @@ class DriverCore:
 
     def connect(self) -> None:
         """A helper connected. Whatever was in flight on another connection is unknown:
-        plan again from what ExaBGP acknowledged (announces and withdraws are idempotent
+        plan again from what ExaBGP accepted (announces and withdraws are idempotent
         in ExaBGP)."""
         self.connected = True
         self._in_flight.clear()
@@ -321,7 +331,7 @@ class DriverCore:
             # Its answer is lost with the connection: reloading again is harmless.
             self._reload_due = (self._reload_due or set()) | self._reload_sent
             self._reload_sent = None
-        self._sent = _copy(self._acked)
+        self._sent = _copy(self._accepted)
         self._sent_with_uncertain()
         self._mark_dirty()
 
@@ -352,9 +362,11 @@ class DriverCore:
             if cmd.peer is not None:
                 if cmd.peer in self._uncertain:
                     self._uncertain[cmd.peer].difference_update(p for p, _ in cmd.changes)
-                acked = self._acked.setdefault(cmd.peer, {})
+                acked = self._accepted.setdefault(cmd.peer, {})
                 emit, node, peer = self.emit, self.node, cmd.peer
+                accept = self._advertised.accept
                 for prefix, attrs in cmd.changes:
+                    accept(peer, prefix, attrs)
                     if attrs is None:
                         if acked.pop(prefix, None) is not None:
                             emit(RouteEvent(node, peer, prefix, RouteChange.WITHDRAWN, None, at))
@@ -366,14 +378,14 @@ class DriverCore:
             self._eor_due.discard(cmd.peer)
             self._log_eor(False, cmd.peer, at)
         else:
-            # Its routes fall back to what ExaBGP acknowledged before and are planned
+            # Its routes fall back to what ExaBGP accepted before and are planned
             # again on the next apply (not at once: a deterministic error would loop).
             self.stats.command_errors += 1
             self.stats.last_error = cmd.text
             log(_logger, logging.ERROR, "driver.command_error", command=cmd.text)
             if cmd.peer is not None:
                 sent = self._sent.setdefault(cmd.peer, {})
-                have = self._acked.get(cmd.peer, {})
+                have = self._accepted.get(cmd.peer, {})
                 self._retry.setdefault(cmd.peer, set()).update(p for p, _ in cmd.changes)
                 unsure = self._uncertain.get(cmd.peer, set())
                 for prefix, _ in cmd.changes:
@@ -398,9 +410,12 @@ class DriverCore:
             log(_logger, logging.ERROR, "driver.reload_refused")
             self._reload_due = (self._reload_due or set()) | forgotten
             return
-        for peer in sorted(set(self._acked) | set(self._uncertain) | forgotten):
+        for peer in sorted(
+            set(self._accepted) | set(self._uncertain) | self._advertised.peers() | forgotten
+        ):
             if peer not in self._neighbors:
                 self._uncertain.pop(peer, None)
+                self._advertised.drop(peer)
                 self._forget(peer, at)
             elif peer in forgotten:
                 held = self._forget(peer, at)
@@ -412,9 +427,10 @@ class DriverCore:
 
     def _forget(self, peer: PeerName, at: float) -> list[IPNetwork]:
         """This peer's routes are no longer known to be in ExaBGP's adj-rib-out (its
-        session closed, or is a new one): returns the prefixes it had acknowledged."""
+        session closed, or is a new one): returns the prefixes it had accepted."""
         self._sent.pop(peer, None)
-        held = list(self._acked.pop(peer, {}))
+        held = list(self._accepted.pop(peer, {}))
+        self._advertised.forget(peer)
         for prefix in held:
             self.emit(RouteEvent(self.node, peer, prefix, RouteChange.WITHDRAWN, None, at))
         return held
@@ -438,8 +454,13 @@ class DriverCore:
 
     def on_event(self, doc: Mapping[str, Any], at: float) -> None:
         """One of ExaBGP's JSON messages: session states matter (an established
-        graceful-restart session is due an End-of-RIB once its routes are acknowledged)."""
-        if doc.get("type") != "state":
+        graceful-restart session is due an End-of-RIB once its routes are accepted), and so do the
+        UPDATEs ExaBGP reports it sent (what is advertised)."""
+        kind = doc.get("type")
+        if kind == "update":
+            self._on_sent(doc)
+            return
+        if kind != "state":
             return
         name = self._peer_of(doc)
         if name is None:
@@ -452,6 +473,18 @@ class DriverCore:
         self._set_state(name, state, str(neighbor.get("reason", "")), at)
         if state is SessionState.UP and self._neighbors[name].graceful_restart:
             self._eor_due.add(name)
+
+    def _on_sent(self, doc: Mapping[str, Any]) -> None:
+        """An UPDATE ExaBGP reports it wrote to a router (bgpd.exabgp.sent): its
+        prefixes are on the wire, or withdrawn from it. Only an established session
+        sends UPDATEs, and its going down empties the set (_set_state)."""
+        update = sent_update(doc)
+        if update is None:
+            return
+        name = self._peer_of(doc)
+        if name is None:
+            return
+        self._advertised.sent(name, update.announced, update.withdrawn)
 
     def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
         neighbor = doc.get("neighbor")
@@ -472,6 +505,11 @@ class DriverCore:
             return
         was = s.state
         s.state, s.since = state, at
+        if state is not SessionState.UP:
+            # Not established: the router dropped what it was sent (RFC 4271 9.2: a
+            # closed session's routes are removed; graceful restart keeps them stale
+            # only until End-of-RIB). ExaBGP re-sends them after re-establishment.
+            self._advertised.down(name)
         if reason or state is not SessionState.UP:
             s.reason = reason
         limiter = self._log_limiter
@@ -503,7 +541,18 @@ class DriverCore:
                     hold_down=round(verdict.hold_down, 1),
                     hint=f"session to {name} flapping: {FLAP_HINT}",
                 )
-        self.emit(PeerEvent(self.node, name, state, reason, at))
+        self.emit(
+            PeerEvent(
+                self.node,
+                name,
+                state,
+                reason,
+                at,
+                desired=self._desired_count(name),
+                accepted=len(self._accepted.get(name, {})),
+                advertised=self._advertised_count(name),
+            )
+        )
 
     # ------------------------------------------------------------------ inputs: desired
 
@@ -762,14 +811,14 @@ class DriverCore:
                 out.append(cmd)
                 return out
             if self._planned_all:
-                self.converged = {p: r for p, r in self._acked.items() if r} == {
+                self.converged = {p: r for p, r in self._accepted.items() if r} == {
                     p: r for p, r in eff.items() if r
                 }
             else:
                 # Since a plan of only the changes, ExaBGP holds what was sent, and that
                 # is what is wanted, except where a command was refused.
                 self.converged = all(
-                    self._acked.get(peer, {}).get(p) == eff.get(peer, {}).get(p)
+                    self._accepted.get(peer, {}).get(p) == eff.get(peer, {}).get(p)
                     for peer, prefixes in self._retry.items()
                     for p in prefixes
                 )
@@ -806,7 +855,7 @@ class DriverCore:
                 # graceful restart flush the routes it kept for us (RFC 4724), e.g. while
                 # a restarted speaker waits for BFD (bgpd.bfd.gate). It follows them.
                 continue
-            if self._acked.get(name, {}) == eff.get(name, {}):
+            if self._accepted.get(name, {}) == eff.get(name, {}):
                 out.append(eor_command(name, n.selector, n.family))
         return out
 
@@ -833,8 +882,32 @@ class DriverCore:
         """Commands written and not answered yet."""
         return len(self._in_flight)
 
-    def acknowledged(self) -> DesiredRoutes:
-        return {p: dict(r) for p, r in self._acked.items() if r}
+    def accepted(self) -> DesiredRoutes:
+        """The routes ExaBGP accepted (answered ``done``), per peer: in its adj-rib-out,
+        whether or not the session is up."""
+        return {p: dict(r) for p, r in self._accepted.items() if r}
+
+    def advertised(self) -> DesiredRoutes:
+        """The accepted routes a router was sent: prefixes announced in UPDATEs on the
+        peer's established session since it came up and not withdrawn since (empty while
+        it is down). With the accepted attributes, and a subset of accepted() by
+        definition: a prefix whose withdraw ExaBGP accepted is no longer counted, though
+        its withdrawing UPDATE may leave a few milliseconds later."""
+        return self._advertised.routes()
+
+    def _desired_count(self, peer: PeerName) -> int:
+        """len(effective()[peer]) without building it: the peer's desired prefixes of its
+        session's family, none in WITHDRAWN mode, nor in RETAINED for a peer without
+        graceful restart (DRAINING changes attributes, not prefixes)."""
+        n = self._neighbors.get(peer)
+        if n is None or self.mode is DriverMode.WITHDRAWN:
+            return 0
+        if self.mode is DriverMode.RETAINED and not n.graceful_restart:
+            return 0
+        return self._version_counts.get(peer, {}).get(n.peer.family, 0)
+
+    def _advertised_count(self, peer: PeerName) -> int:
+        return self._advertised.count(peer)
 
     def held_down(self, now: float) -> set[PeerName]:
         """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""
@@ -849,7 +922,7 @@ class DriverCore:
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         eff = self.effective()
-        # What ExaBGP acknowledged differs from what is wanted only where a plan may
+        # What ExaBGP accepted differs from what is wanted only where a plan may
         # (_plan_keys) or a command is in flight: count there, not over every route.
         keys = self._plan_keys()
         if keys is not None:
@@ -860,7 +933,7 @@ class DriverCore:
         out: dict[PeerName, PeerStatus] = {}
         for name, n in sorted(self._neighbors.items()):
             s = self._sessions.get(name, _Session())
-            have = self._acked.get(name, {})
+            have = self._accepted.get(name, {})
             want = eff.get(name, {})
             if keys is None:
                 todo, gone = delta(have, want)
@@ -876,7 +949,9 @@ class DriverCore:
                 state=s.state,
                 since=s.since,
                 reason=s.reason,
-                acknowledged=len(have),
+                accepted=len(have),
                 pending=len(todo) + len(gone),
+                desired=self._desired_count(name),
+                advertised=self._advertised_count(name),
             )
         return out

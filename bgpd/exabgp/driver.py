@@ -24,7 +24,7 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   ``driver.apply_changes(desired, changed)``: the same when only the prefixes in
   ``changed`` (per peer) may differ from the previous apply: costs those prefixes, not
   the whole set (the reconciler's incremental path; ``desired`` is read, not kept).
-* ``await driver.wait_converged(within)``: True when ExaBGP acknowledged exactly the
+* ``await driver.wait_converged(within)``: True when ExaBGP accepted exactly the
   effective desired set and nothing is in flight.
 * ``driver.mode`` / ``driver.set_mode(DriverMode.DRAINING | WITHDRAWN | RETAINED |
   NORMAL)``: RFC 8326 drain (every route with 65535:0, LOCAL_PREF 0 on iBGP), withdraw-all,
@@ -36,10 +36,13 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
 * ``driver.set_held(peers)``: hold back every route from these peers (bgpd.bfd.gate,
   bfdStrict); ``driver.teardown(peer, subcode)``: close one BGP session now (its BFD
   session went down), before any route command not yet written.
-* ``driver.peer_status() -> Mapping[PeerName, PeerStatus]``, ``driver.acknowledged() ->
-  DesiredRoutes``, ``driver.subscribe(maxsize) -> asyncio.Queue[SpeakerEvent]`` (a full
-  queue drops its oldest event and counts it in ``stats.events_dropped``: a slow
-  subscriber never blocks BGP), ``driver.unsubscribe(queue)``.
+* ``driver.peer_status() -> Mapping[PeerName, PeerStatus]`` (desired, accepted and
+  advertised counts), ``driver.accepted() -> DesiredRoutes`` (ExaBGP answered ``done``),
+  ``driver.advertised() -> DesiredRoutes`` (sent to the router on its established
+  session: DriverCore.advertised()), ``driver.subscribe(maxsize) ->
+  asyncio.Queue[SpeakerEvent]`` (a full queue drops its oldest event and counts it in
+  ``stats.events_dropped``: a slow subscriber never blocks BGP),
+  ``driver.unsubscribe(queue)``.
 * ``driver.stats``: ``commands_sent`` (Counter by CommandKind value), ``command_errors``,
   ``ack_timeouts``, ``helper_connections``, ``events_dropped``, ``wrong_family``
   (prefixes of the other family handed to a session: logged, never sent), ``last_error``
@@ -50,12 +53,12 @@ was the fastest measured: 10,000 routes at a BIRD peer in 0.84 s); acks are matc
 order, so a synchronous command (``announce eor``, answered at once by ExaBGP, overtaking
 queued ones) is only sent when nothing else is in flight, and nothing follows it until its
 answer. An ``error`` ack is logged with its command and counted; its routes fall back to
-what ExaBGP acknowledged before and are retried on the next apply() (not at once: a
+what ExaBGP accepted before and are retried on the next apply() (not at once: a
 deterministic error would loop). No ack within ``ack_timeout`` means ExaBGP is hung:
 ``on_dead()`` (the supervisor kills it; the restart replays everything).
 
 Graceful restart peers run with manual-eor: after every session establishment, once
-their routes are all acknowledged, the driver sends ``announce eor <afi> unicast`` so the
+their routes are all accepted, the driver sends ``announce eor <afi> unicast`` so the
 router flushes only what we no longer announce (RFC 4724).
 """
 
@@ -227,7 +230,7 @@ class ExaBGPDriver:
 
     async def withdraw_all(self, within: float, *, retain_graceful: bool = False) -> bool:
         """Withdraw every route (with ``retain_graceful``: only from peers without
-        graceful restart, mode RETAINED) and wait until ExaBGP acknowledged it, then give
+        graceful restart, mode RETAINED) and wait until ExaBGP accepted it, then give
         its reactor ``flush_delay`` to put the UPDATEs on the wire. Always: commands sent
         before this call (a drain window's withdrawals) may still be in ExaBGP."""
         self.set_mode(DriverMode.RETAINED if retain_graceful else DriverMode.WITHDRAWN)
@@ -237,8 +240,11 @@ class ExaBGPDriver:
 
     # ------------------------------------------------------------------ observers
 
-    def acknowledged(self) -> DesiredRoutes:
-        return self.core.acknowledged()
+    def accepted(self) -> DesiredRoutes:
+        return self.core.accepted()
+
+    def advertised(self) -> DesiredRoutes:
+        return self.core.advertised()
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         return self.core.peer_status()

@@ -34,8 +34,9 @@ Rules and why (see shared lab notes, measured on ExaBGP 5.0.15):
   VRF's table (the kernel choice is asked there too: bgpd.speaker.render_inputs);
 * dynamicASN external: ``peer-as auto`` (ExaBGP takes the router's ASN from its OPEN);
   internal: ``peer-as`` myASN, so another ASN is refused;
-* ``api { processes [ kube-bgpd ]; neighbor-changes; }`` and the helper process with
-  ``encoder json``: the only programmatic channel of ExaBGP 5.0.
+* ``api { processes [ kube-bgpd ]; neighbor-changes; send { parsed; update; } }`` and
+  the helper process with ``encoder json``: the only programmatic channel of ExaBGP 5.0;
+  ``send`` reports every UPDATE written to the router (what is advertised).
 """
 
 from __future__ import annotations
@@ -210,6 +211,13 @@ def _neighbor_block(n: Neighbor, *, passive: bool = False) -> tuple[list[str], l
         "    api {",
         f"        processes [ {PROCESS_NAME} ];",
         "        neighbor-changes;",
+        # The UPDATEs ExaBGP writes to the router, reported to the helper as JSON
+        # (bgpd.exabgp.sent): what was advertised, not only accepted. Both words are
+        # needed: ``update`` picks the message type, ``parsed`` the JSON encoding.
+        "        send {",
+        "            parsed;",
+        "            update;",
+        "        }",
         "    }",
         "}",
     ]

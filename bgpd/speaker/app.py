@@ -9,8 +9,8 @@ tasks:
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully as SpeakerConfig
   onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
   the group,
-* ``convergence`` times "decision applied -> ExaBGP acknowledged" for the metrics,
-* ``heap-freeze`` once the first decision's routes are acknowledged, collects and
+* ``convergence`` times "decision applied -> ExaBGP accepted" for the metrics,
+* ``heap-freeze`` once the first decision's routes are accepted, collects and
   freezes the heap (``_freeze_heap``: later full collections skip the first sync's
   objects),
 * ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
@@ -145,7 +145,7 @@ _logger = logging.getLogger("bgpd.speaker")
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
 #: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
-#: all acknowledged, or this many seconds after the first decision at the latest.
+#: all accepted, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
 #: The status objects are first written once the first decision's routes are
 #: acknowledged and every session is up, or this many seconds after the first decision
@@ -161,25 +161,27 @@ def _freeze_heap() -> None:
     long whenever allocations triggered one, e.g. during a /metrics scrape; after the
     freeze 3-18 ms. Frozen objects are still freed by reference counting; only a
     reference cycle among them would stay (our model objects are frozen and acyclic).
-    Done once, when the first decision's routes are all acknowledged, so neither the
+    Done once, when the first decision's routes are all accepted, so neither the
     cold start nor a later route change waits for the collection."""
     gc.collect()
     gc.freeze()
 
 
-def _route_rows(acknowledged: DesiredRoutes) -> list[dict[str, Any]]:
-    """/status "routes": what ExaBGP acknowledged, by peer and prefix (from a copy)."""
+def _route_rows(accepted: DesiredRoutes, advertised: DesiredRoutes) -> list[dict[str, Any]]:
+    """/status "routes": what ExaBGP accepted, by peer and prefix, each with whether it
+    is advertised (on the wire to the router); from copies."""
     return [
         {
             "peer": peer,
             "prefix": prefix_text(prefix),
+            "advertised": prefix in advertised.get(peer, {}),
             "communities": list(a.communities),
             "large_communities": list(a.large_communities),
             "local_pref": a.local_pref,
             "med": a.med,
             "link_bandwidth": bytes_per_second(a.link_bandwidth),
         }
-        for peer, per in sorted(acknowledged.items())
+        for peer, per in sorted(accepted.items())
         for prefix, a in sorted(
             per.items(), key=lambda kv: (kv[0].version, int(kv[0].network_address))
         )
@@ -326,7 +328,7 @@ class Speaker:
             timeout=sc.bfd_watchdog,
             unanswered=lambda: self.driver.core.unanswered_for(time.monotonic()),
         )
-        #: (first unacknowledged change, last apply), monotonic; see _convergence().
+        #: (first change not accepted yet, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()
         self._first_decision = asyncio.Event()
@@ -551,6 +553,7 @@ class Speaker:
             was = before.get(name)
             if was is not None and was.state is s.state:
                 continue
+            self._status_wake.set()  # BGPNodeStatus shows each session's BFD state
             log(
                 _logger,
                 logging.INFO,
@@ -594,7 +597,7 @@ class Speaker:
         self.bfd_watchdog.watch(pid)
 
     def _after_apply(self, result: PassResult) -> None:
-        """Record the decide phase now; _convergence() times the acknowledge phase, only
+        """Record the decide phase now; _convergence() times the accept phase, only
         when the desired routes changed (a pass that changes nothing sends nothing)."""
         self.metrics.observe_convergence(ConvergencePhase.DECIDE, result.latency)
         node = result.snapshot.nodes.get(self.node)
@@ -611,7 +614,7 @@ class Speaker:
             return
         now = time.monotonic()
         first = now - result.latency
-        # Keep the oldest change not acknowledged yet: "total" is what an operator waits.
+        # Keep the oldest change not accepted yet: "total" is what an operator waits.
         if self._unconverged is not None:
             first = min(first, self._unconverged[0])
         self._unconverged = (first, now)
@@ -808,7 +811,7 @@ class Speaker:
         sup = self.runtime.supervisor
         return SpeakerProbes(
             peers=self.driver.peer_status,
-            routes=self.driver.acknowledged,
+            accepted_routes=self.driver.accepted,
             decision=lambda: (
                 None if self.reconciler.last is None else self.reconciler.last.decision
             ),
@@ -823,6 +826,7 @@ class Speaker:
             stale=lambda: self.config_stale_reason() != "",
             kinds_synced=self._kinds_synced,
             source_stale=lambda: self.source.stale,
+            advertised_routes=self.driver.advertised,
         )
 
     def _kinds_synced(self) -> Mapping[str, bool]:
@@ -846,7 +850,7 @@ class Speaker:
         )
 
     async def _convergence(self) -> None:
-        """Time "decision applied -> ExaBGP acknowledged everything", and the total."""
+        """Time "decision applied -> ExaBGP accepted everything", and the total."""
         while True:
             await self._applied.wait()
             self._applied.clear()
@@ -857,7 +861,7 @@ class Speaker:
             first, applied = self._unconverged
             self._unconverged = None
             now = time.monotonic()
-            self.metrics.observe_convergence(ConvergencePhase.ACKNOWLEDGE, now - applied)
+            self.metrics.observe_convergence(ConvergencePhase.ACCEPT, now - applied)
             self.metrics.observe_convergence(ConvergencePhase.TOTAL, now - first)
 
     # ------------------------------------------------------------------ cluster status
@@ -876,12 +880,13 @@ class Speaker:
         if node is None:
             return services, None, ""
         stale = self.config_stale_reason()
+        peers = self.driver.peer_status()
         body = cluster_status.node_status(
             cluster_status.NodeInputs(
                 node=self.node,
-                peers=self.driver.peer_status(),
-                desired=cluster_status.desired_counts(decision),
-                advertised={peer: len(routes) for peer, routes in on_wire.items()},
+                peers=peers,
+                desired={peer: status.desired for peer, status in peers.items()},
+                advertised={peer: status.advertised for peer, status in peers.items()},
                 config_origin=cluster_status.ConfigOrigin.FILE
                 if self.config_source is None
                 else cluster_status.ConfigOrigin.CLUSTER,
@@ -889,6 +894,7 @@ class Speaker:
                 config_stale=stale != "",
                 drain_state=str(self.driver.mode),
                 drain_since=self.drain_state.started,
+                bfd=self.bfd_states,
             )
         )
         return services, body, node.uid
@@ -902,10 +908,26 @@ class Speaker:
         delete every object the previous run left and create it again moments later."""
         await self._status_start()
         while True:
-            await self._status_wake.wait()
+            if self._status_unsettled():
+                # The driver emits no event per UPDATE ExaBGP reports sent, so while a
+                # session's advertised routes still climb towards the accepted ones (a
+                # session just re-established), look again after an interval.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(
+                        self._status_wake.wait(), self.config.speaker.status_interval
+                    )
+            else:
+                await self._status_wake.wait()
             self._status_wake.clear()
             publisher.publish_status(*self.cluster_status_now())
             await asyncio.sleep(self.config.speaker.status_interval)
+
+    def _status_unsettled(self) -> bool:
+        """Some established session has fewer or more routes advertised than accepted."""
+        return any(
+            s.state is SessionState.UP and s.advertised != s.accepted
+            for s in self.driver.peer_status().values()
+        )
 
     async def _status_start(self) -> None:
         """Return once the first decision's routes are acknowledged and every session
@@ -974,8 +996,10 @@ class Speaker:
                 "state": str(s.state),
                 "since": s.since,
                 "reason": s.reason,
-                "acknowledged": s.acknowledged,
+                "accepted": s.accepted,
                 "pending": s.pending,
+                "desired": s.desired,
+                "advertised": s.advertised,
             }
             for s in self.driver.peer_status().values()
         ]
@@ -1027,7 +1051,9 @@ class Speaker:
                 "dropped": self.mqtt.dropped,
             },
             "peers": peers,
-            "routes": Deferred(partial(_route_rows, self.driver.acknowledged())),
+            "routes": Deferred(
+                partial(_route_rows, self.driver.accepted(), self.driver.advertised())
+            ),
             # None while no peer has a bfdProfile and no bfdd runs.
             "bfd": self._bfd_status(),
             "bfd_gate": self.bfd_follow.status(),
@@ -1076,7 +1102,7 @@ class Speaker:
         retain = action is SigtermAction.RETAIN and not self.drain_state.draining
         if action is SigtermAction.RETAIN and not retain:
             log(_logger, logging.INFO, "speaker.retain_skipped", reason="drain requested")
-        held = self.driver.acknowledged()
+        held = self.driver.accepted()
         ok = await self._goodbye(retain)
         # What each peer was left with: retained (stale at a graceful-restart router until
         # the next speaker refreshes it, or its restart time ends) or withdrawn.
@@ -1171,6 +1197,9 @@ class Speaker:
                     tg.create_task(self.mqtt.run(), name="mqtt")
                     events = self.driver.subscribe()
                     tg.create_task(self.mqtt.follow(events), name="mqtt-events")
+                    tg.create_task(
+                        self.mqtt.follow_peers(self.driver.peer_status), name="mqtt-peers"
+                    )
                 for name, companion in self.companions.items():
                     tg.create_task(self._companion(name, companion), name=name)
         except* _Stop:

@@ -37,19 +37,14 @@ class StatusView(Protocol):
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]: ...
 
-    def acknowledged(self) -> DesiredRoutes: ...
+    def advertised(self) -> DesiredRoutes: ...
 
 
 def routes_on_the_wire(view: StatusView) -> DesiredRoutes:
     """Per peer, the routes a router has from this node: the one place the status
-    objects read routes from. ExaBGP acknowledged them and the session to that peer is
-    Established (a route to a peer whose session is down is not advertised)."""
-    acked = view.acknowledged()
-    return {
-        peer: acked.get(peer, {})
-        for peer, status in view.peer_status().items()
-        if status.state is SessionState.UP
-    }
+    objects read routes from. The driver's advertised routes: sent in UPDATEs on the
+    peer's Established session (none while it is down; bgpd.exabgp.advertised)."""
+    return view.advertised()
 
 
 def service_peers(
@@ -120,7 +115,7 @@ def _session(inputs: NodeInputs, status: PeerStatus) -> dict[str, Any]:
         out["establishedAt"] = rfc3339(status.since)
     out["lastError"] = status.reason
     out["desired"] = inputs.desired.get(status.peer, 0)
-    out["accepted"] = status.acknowledged
+    out["accepted"] = status.accepted
     out["advertised"] = inputs.advertised.get(status.peer, 0)
     bfd = inputs.bfd.get(status.peer)
     if bfd is not None:

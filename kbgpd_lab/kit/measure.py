@@ -1,7 +1,8 @@
-"""Figures for the benchmarks: percentiles, the prefixes they announce, process memory.
+"""Figures for the benchmarks and tests: percentiles, the prefixes they announce, process
+memory, the samples of a Prometheus text exposition.
 
-Role: what more than one benchmark needs to count or to number its routes, in one place
-(benchmarks do not import each other).
+Role: what more than one benchmark or test needs to count or to number its routes, in one
+place (benchmarks do not import each other).
 
 What it must not do: start processes or time anything itself.
 """
@@ -43,3 +44,14 @@ def children_rss_kb(pid: int) -> int:
         for c in (t / "children").read_text().split()
     ]
     return sum(rss_kb(c) for c in kids)
+
+
+def exposition_samples(text: str) -> dict[str, float]:
+    """'name{labels}' -> value, from a Prometheus text exposition without timestamps
+    (what kube-bgpd's /metrics writes)."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out

@@ -276,10 +276,22 @@ class CommandFeed:
                 time.sleep(0.0005)
 
     def acked(self) -> int:
+        """Answers (``done``/``error`` lines) so far; ExaBGP's JSON lines (session states,
+        the UPDATEs it sent) share the file and end with ``}``, so they are not counted."""
         try:
-            return self.acks.read_bytes().count(b"\n")
+            data = self.acks.read_bytes()
         except FileNotFoundError:
             return 0
+        return data.count(b"done\n") + data.count(b"error\n")
+
+    def updates_sent(self) -> tuple[int, int]:
+        """(lines, bytes) of ExaBGP's reports of the UPDATEs it sent (``api send``)."""
+        try:
+            data = self.acks.read_bytes()
+        except FileNotFoundError:
+            return 0, 0
+        lines = [x for x in data.splitlines() if b'"type": "update"' in x]
+        return len(lines), sum(len(x) + 1 for x in lines)
 
     def close(self) -> None:
         os.close(self.writer)

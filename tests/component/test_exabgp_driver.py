@@ -143,9 +143,16 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
             what="up",
             within=20,
         )
+        # Advertised once ExaBGP reports the UPDATE it wrote (communities, large
+        # communities and MED in its JSON): the accepted routes, with their attributes.
+        await wait_until_async(
+            lambda: rt.driver.peer_status()[PeerName("tor")].advertised == 2,
+            what="2 advertised",
+            within=20,
+        )
         status = rt.driver.peer_status()[PeerName("tor")]
-        assert status.acknowledged == 2
-        assert status.pending == 0
+        assert (status.desired, status.accepted, status.pending) == (2, 2, 0)
+        assert rt.driver.advertised() == rt.driver.accepted()
         seen = [events.get_nowait() for _ in range(events.qsize())]
         announced = {e.prefix for e in seen if isinstance(e, RouteEvent)}
         assert announced == {net("10.99.100.1/32"), net("10.99.100.2/32")}
@@ -158,6 +165,11 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
             20,
         )
         assert rt.driver.stats.commands_sent["withdraw"] == 1
+        await wait_until_async(
+            lambda: rt.driver.advertised() == routes("tor", ["10.99.100.2/32"], attrs),
+            what="the withdrawn route no longer advertised",
+            within=20,
+        )
 
 
 def exabgp_children(rt: ExaBGPRuntime) -> list[int]:
@@ -333,11 +345,11 @@ async def test_changes_path_reaches_the_same_rib_as_whole_sets(
             for _ in range(rng.randint(0, 3)):
                 await asyncio.sleep(0)
             # peer_status() counts only where a difference can be: the same count as
-            # comparing everything ExaBGP acknowledged with everything wanted.
-            todo, gone = delta(rt.driver.acknowledged().get(tor, {}), want)
+            # comparing everything ExaBGP accepted with everything wanted.
+            todo, gone = delta(rt.driver.accepted().get(tor, {}), want)
             assert rt.driver.peer_status()[tor].pending == len(todo) + len(gone)
         assert await rt.driver.wait_converged(60)
-        assert rt.driver.acknowledged() == ({tor: want} if want else {})
+        assert rt.driver.accepted() == ({tor: want} if want else {})
         assert rt.driver.peer_status()[tor].pending == 0
 
         def same(rib: dict[IPNetwork, Any]) -> bool:
@@ -496,7 +508,7 @@ async def test_error_ack_is_surfaced_and_the_rest_flows(
     topology: Topology, tmp_path: Path, gobgp_router: Router
 ) -> None:
     """A community ExaBGP refuses (70000 is not 16-bit) gets an `error` ack: counted with
-    its command, the route not acknowledged, and acks stay matched: the routes around it
+    its command, the route not accepted, and acks stay matched: the routes around it
     arrive. An IPv6 prefix handed to the IPv4 session is never sent (it would reset the
     session) and is counted."""
     bad = RouteAttributes(communities=("70000:1",))
@@ -516,7 +528,7 @@ async def test_error_ack_is_surfaced_and_the_rest_flows(
         )
         assert "70000:1" in rt.driver.stats.last_error
         assert rt.driver.stats.wrong_family == 1
-        acked = rt.driver.acknowledged()[PeerName("tor")]
+        acked = rt.driver.accepted()[PeerName("tor")]
         assert set(acked) == {net("10.99.100.1/32"), net("10.99.100.2/32")}
         assert rt.driver.peer_status()[PeerName("tor")].pending == 1
         # Later commands still match their acks, and the session never dropped.

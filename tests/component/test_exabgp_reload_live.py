@@ -51,11 +51,11 @@ ROUTES = {
 
 
 async def add_neighbour_while_the_other_is_down(rt: ExaBGPRuntime) -> Reconfiguration:
-    """A's routes acknowledged (queued in ExaBGP: A is down), then C added."""
+    """A's routes accepted (queued in ExaBGP: A is down), then C added."""
     await wait_until_async(lambda: rt.driver.connected, within=30, what="helper connected")
     rt.driver.apply(ROUTES)
     assert await rt.driver.wait_converged(30)
-    assert rt.driver.acknowledged() == {A: ROUTES[A]}
+    assert rt.driver.accepted() == {A: ROUTES[A]}
     verdict = rt.configure(
         render_config(
             [neighbor("a", "127.0.0.2"), neighbor("c", "127.0.0.3")], helper_argv=helper_argv()
@@ -73,7 +73,7 @@ async def test_a_neighbour_added_while_another_is_down_gets_its_routes(tmp_path:
         verdict = await add_neighbour_while_the_other_is_down(rt)
         assert verdict.action is ConfigAction.RELOAD
         assert await rt.driver.wait_converged(30), rt.driver.stats
-        assert rt.driver.acknowledged() == ROUTES
+        assert rt.driver.accepted() == ROUTES
         assert rt.driver.stats.command_errors == 0, rt.driver.stats.last_error
         assert rt.supervisor.restarts == 0
 
@@ -93,5 +93,5 @@ async def test_unmodified_exabgp_is_restarted_for_the_same_change(
         )
         await wait_until_async(lambda: rt.supervisor.restarts == 1, within=30, what="restart")
         assert await rt.driver.wait_converged(30), rt.driver.stats
-        assert rt.driver.acknowledged() == ROUTES
+        assert rt.driver.accepted() == ROUTES
         assert rt.driver.stats.command_errors == 0, rt.driver.stats.last_error

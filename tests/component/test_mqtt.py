@@ -209,7 +209,16 @@ async def test_events_arrive_live_and_the_retained_state_is_the_current_state(
         late = _retained(await _collect(broker.port, lambda g: len(g) >= 4))
         assert late == {
             STATUS: "online",
-            PEER: {"node": "node-a", "peer": "router-1", "state": "up", "reason": "", "at": 1.0},
+            PEER: {
+                "node": "node-a",
+                "peer": "router-1",
+                "state": "up",
+                "reason": "",
+                "at": 1.0,
+                "desired": 0,
+                "accepted": 0,
+                "advertised": 0,
+            },
             ROUTE1: {
                 "node": "node-a",
                 "peer": "router-1",
@@ -287,6 +296,9 @@ async def test_broker_killed_mid_stream_never_blocks_and_reconnect_republishes(
         "state": "up",
         "reason": "",
         "at": 6.0,
+        "desired": 0,
+        "accepted": 0,
+        "advertised": 0,
     }
     assert late[STATUS] == "online"
     # publish() only appends to a deque: far below a millisecond; 20 ms only catches a block.

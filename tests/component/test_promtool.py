@@ -100,18 +100,29 @@ def _speaker_state() -> StaticSpeakerView:
     }
     return StaticSpeakerView(
         peers={
-            r1: PeerStatus(r1, ipaddress.ip_address("172.31.250.1"), SessionState.UP, 1.7e9, "", 2),
+            r1: PeerStatus(
+                r1,
+                ipaddress.ip_address("172.31.250.1"),
+                SessionState.UP,
+                1.7e9,
+                "",
+                accepted=2,
+                desired=2,
+                advertised=2,
+            ),
             r2: PeerStatus(
                 r2,
                 ipaddress.ip_address("172.31.250.2"),
                 SessionState.DOWN,
                 1.7e9,
                 "connection refused",
-                0,
-                1,
+                accepted=0,
+                pending=1,
+                desired=1,
             ),
         },
-        routes={r1: {v4: attrs, v6: attrs}},
+        accepted_routes={r1: {v4: attrs, v6: attrs}},
+        advertised_routes={r1: {v4: attrs, v6: attrs}},
         decision=decision,
         snapshot=ClusterSnapshot(endpoint_slices=slices),
         running=True,

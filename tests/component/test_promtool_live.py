@@ -19,6 +19,7 @@ import pytest
 from k8s_kit import endpoint_slice, lb_service
 from k8s_kit import node as node_object
 
+from kbgpd_lab.kit.measure import exposition_samples as _samples
 from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.netns import Netns
 from kbgpd_lab.lab.routers import Router
@@ -83,16 +84,6 @@ def _scrape(node: Netns, path: str = "/metrics") -> subprocess.CompletedProcess[
     return node.run(["curl", "-s", "-f", f"http://{LISTENER}{path}"], check=False, timeout=10)
 
 
-def _samples(text: str) -> dict[str, float]:
-    """'name{labels}' -> value, from the text exposition."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
-
-
 @pytest.fixture
 def broker(topology: Topology, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     conf = tmp_path / "mosquitto.conf"
@@ -155,7 +146,9 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
             [PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30
         )
         assert lint.returncode == 0, lint.stdout + lint.stderr
-        assert samples['kube_bgpd_bgp_prefixes_acknowledged{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_accepted{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_advertised{peer="tor"}'] == 2.0
+        assert samples['kube_bgpd_bgp_prefixes_desired{peer="tor"}'] == 2.0
         assert samples["kube_bgpd_exabgp_running"] == 1.0
         assert samples['kube_bgpd_services_skipped{reason="noEndpoints"}'] == 1.0
         assert samples['kube_bgpd_service_serving_endpoints{service="shop/idle"}'] == 0.0
@@ -163,13 +156,22 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert samples["kube_bgpd_mqtt_connected"] == 1.0
         assert _scrape(node, "/readyz").returncode == 0
 
+        peer_topic = "kube-bgpd/node1/peers/tor"
+
+        def two_routes_advertised() -> dict[str, str] | None:
+            r = _retained(node)
+            routes = [t for t in r if "/routes/" in t]
+            peer = json.loads(r.get(peer_topic) or "{}")
+            return r if len(routes) == 2 and peer.get("advertised") == 2 else None
+
         retained = wait_until(
-            lambda: (r := _retained(node)) and len([t for t in r if "/routes/" in t]) == 2 and r,
+            two_routes_advertised,
             within=30,
             poll=0.2,
-            what="two retained routes",
+            what="two retained routes, the peer's document saying 2 advertised",
         )
-        assert json.loads(retained["kube-bgpd/node1/peers/tor"])["state"] == "up"
+        peer_doc = json.loads(retained[peer_topic])
+        assert (peer_doc["state"], peer_doc["desired"], peer_doc["accepted"]) == ("up", 2, 2)
         route = json.loads(retained["kube-bgpd/node1/routes/10.99.100.5_32"])
         assert (route["state"], route["communities"]) == ("announced", ["65000:7"])
         assert retained["kube-bgpd/node1/status"] == "online"

@@ -60,27 +60,30 @@ def peer(name: str, state: SessionState, acked: int = 0, since: float | None = N
         state=state,
         since=since,
         reason="" if state is SessionState.UP else "connection refused",
-        acknowledged=acked,
+        accepted=acked,
     )
 
 
 class View:
-    def __init__(self, peers: Mapping[PeerName, PeerStatus], acked: DesiredRoutes) -> None:
+    """The driver as the status reads it: advertised() already holds only what was sent
+    on established sessions (bgpd.exabgp.advertised), so a stopped router's peer has none."""
+
+    def __init__(self, peers: Mapping[PeerName, PeerStatus], advertised: DesiredRoutes) -> None:
         self._peers = peers
-        self._acked = acked
+        self._advertised = advertised
 
     def peer_status(self) -> Mapping[PeerName, PeerStatus]:
         return self._peers
 
-    def acknowledged(self) -> DesiredRoutes:
-        return self._acked
+    def advertised(self) -> DesiredRoutes:
+        return self._advertised
 
 
 ALL = {PeerName("frr"): {P1: A, P2: A, P6: A}, PeerName("bird"): {P1: A, P2: A}}
 
 
 @pytest.mark.parametrize(
-    ("states", "acked", "expected"),
+    ("states", "advertised", "expected"),
     [
         pytest.param(
             {"frr": SessionState.UP, "bird": SessionState.UP},
@@ -94,13 +97,13 @@ ALL = {PeerName("frr"): {P1: A, P2: A, P6: A}, PeerName("bird"): {P1: A, P2: A}}
         ),
         pytest.param(
             {"frr": SessionState.UP, "bird": SessionState.DOWN},
-            ALL,
+            {PeerName("frr"): ALL[PeerName("frr")]},
             {"default/web": ("frr",), "default/shared-a": ("frr",), "default/shared-b": ("frr",)},
             id="router-stopped-loses-the-peer",
         ),
         pytest.param(
             {"frr": SessionState.CONNECTED, "bird": SessionState.DOWN},
-            ALL,
+            {},
             {},
             id="no-session-established-no-object",
         ),
@@ -113,9 +116,9 @@ ALL = {PeerName("frr"): {P1: A, P2: A, P6: A}, PeerName("bird"): {P1: A, P2: A}}
     ],
 )
 def test_service_peers(
-    states: dict[str, SessionState], acked: DesiredRoutes, expected: dict[str, tuple[str, ...]]
+    states: dict[str, SessionState], advertised: DesiredRoutes, expected: dict[str, tuple[str, ...]]
 ) -> None:
-    view = View({PeerName(n): peer(n, s) for n, s in states.items()}, acked)
+    view = View({PeerName(n): peer(n, s) for n, s in states.items()}, advertised)
     assert service_peers(DECISION, routes_on_the_wire(view)) == expected
 
 

@@ -112,6 +112,18 @@ def answer_all(c: DriverCore, *, done: bool = True, now: float = 0.0) -> list[Co
     return sent
 
 
+def hold(rib: dict[PeerName, dict[IPNetwork, RouteAttributes]], cmd: Command) -> None:
+    """A simulated ExaBGP's adj-rib-out after it answered ``done`` to a route command."""
+    if cmd.peer is None:
+        return
+    routes = rib.setdefault(cmd.peer, {})
+    for prefix, a in cmd.changes:
+        if a is None:
+            routes.pop(prefix, None)
+        else:
+            routes[prefix] = a
+
+
 def texts(commands: Iterable[Command]) -> list[str]:
     return [c.text for c in commands]
 
@@ -150,7 +162,7 @@ def test_mode_decides_what_exabgp_holds(mode: DriverMode, expected: DesiredRoute
     answer_all(c)
     c.set_mode(mode)
     answer_all(c)
-    assert c.acknowledged() == expected
+    assert c.accepted() == expected
     assert c.converged
 
 
@@ -172,7 +184,7 @@ def test_window_and_batch(window: int, batch: int, routes: int, first_burst: int
     for _ in first:
         c.on_ack(True, 0.0)
     answer_all(c)
-    assert len(c.acknowledged()[GR]) == routes
+    assert len(c.accepted()[GR]) == routes
 
 
 def test_announces_before_withdraws_and_a_changed_attribute_is_a_reannounce() -> None:
@@ -186,7 +198,7 @@ def test_announces_before_withdraws_and_a_changed_attribute_is_a_reannounce() ->
         CommandKind.ANNOUNCE,
         CommandKind.WITHDRAW,
     ]
-    assert c.acknowledged() == {GR: {net("10.0.0.2/32"): TAGGED, net("10.0.0.3/32"): PLAIN}}
+    assert c.accepted() == {GR: {net("10.0.0.2/32"): TAGGED, net("10.0.0.3/32"): PLAIN}}
 
 
 def test_error_ack_falls_back_and_is_retried_on_the_next_apply_only() -> None:
@@ -197,13 +209,13 @@ def test_error_ack_falls_back_and_is_retried_on_the_next_apply_only() -> None:
     c.on_ack(False, 0.0)
     assert c.stats.command_errors == 1
     assert c.stats.last_error == cmd.text
-    assert c.acknowledged() == {}
+    assert c.accepted() == {}
     assert c.next_commands(0.0) == []  # not at once: a deterministic error would loop
     assert not c.converged
     assert c.peer_status()[GR].pending == 1
     c.apply_changes(desired, {})
     assert texts(answer_all(c)) == [cmd.text]
-    assert c.acknowledged() == desired
+    assert c.accepted() == desired
     assert c.converged
 
 
@@ -221,7 +233,7 @@ def test_apply_changes_plans_only_the_changed_prefixes_and_does_not_keep_desired
         (CommandKind.ANNOUNCE, ((net("10.0.0.7/32"), TAGGED),)),
         (CommandKind.WITHDRAW, ((net("10.0.0.8/32"), None),)),
     ]
-    assert c.acknowledged()[GR][net("10.0.0.9/32")] == PLAIN
+    assert c.accepted()[GR][net("10.0.0.9/32")] == PLAIN
     assert c.converged
 
 
@@ -236,7 +248,7 @@ def test_wrong_family_and_unknown_peers_are_never_sent() -> None:
     )
     answer_all(c)
     assert c.stats.wrong_family == 1
-    assert c.acknowledged() == {
+    assert c.accepted() == {
         GR: {net("10.0.0.1/32"): PLAIN},
         V6: {net("2001:db8:1::2/128"): PLAIN},
     }
@@ -273,7 +285,7 @@ def test_refused_eor_waits_for_the_next_up() -> None:
     assert texts(answer_all(c)) == [eor.text]
 
 
-def test_restart_replays_everything_and_reconnect_replans_from_acknowledged() -> None:
+def test_restart_replays_everything_and_reconnect_replans_from_accepted() -> None:
     events: list[SpeakerEvent] = []
     c = core(window=1, batch=1, events=events)
     desired = {GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}}
@@ -290,12 +302,12 @@ def test_restart_replays_everything_and_reconnect_replans_from_acknowledged() ->
     c.on_event(state_doc(GR, SessionState.UP), 1.0)
     answer_all(c)
     c.reset(2.0)
-    assert c.acknowledged() == {}
+    assert c.accepted() == {}
     assert c.peer_status()[GR].state is SessionState.DOWN
     assert c.next_commands(0.0) == []  # no helper of the new ExaBGP yet
     c.connect()
     assert len(answer_all(c)) == 2
-    assert c.acknowledged() == desired
+    assert c.accepted() == desired
     assert [e.state for e in events if isinstance(e, PeerEvent)] == [
         SessionState.UP,
         SessionState.DOWN,
@@ -363,7 +375,7 @@ def test_an_idle_exabgp_is_probed_and_a_missing_answer_is_a_hang() -> None:
     (probe,) = c.next_commands(105.0)
     assert (probe.text, probe.kind, probe.sync) == ("#", CommandKind.PROBE, True)
     c.on_ack(True, 0.0)
-    assert c.acknowledged() == {GR: {net("10.0.0.1/32"): PLAIN}}
+    assert c.accepted() == {GR: {net("10.0.0.1/32"): PLAIN}}
     assert c.converged
     # The next probe goes unanswered: judged on the ticks after its deadline.
     assert c.next_commands(110.0) == [probe]
@@ -434,7 +446,7 @@ def test_unexpected_ack_is_ignored() -> None:
     c.on_ack(True, 0.0)
     c.apply({GR: {net("10.0.0.1/32"): PLAIN}})
     answer_all(c)
-    assert c.acknowledged() == {GR: {net("10.0.0.1/32"): PLAIN}}
+    assert c.accepted() == {GR: {net("10.0.0.1/32"): PLAIN}}
 
 
 @pytest.mark.parametrize(
@@ -483,7 +495,7 @@ def test_peer_status_counts_pending_where_a_difference_can_be() -> None:
     assert c.peer_status()[GR].pending == 1
     answer_all(c)
     status = c.peer_status()[GR]
-    assert (status.acknowledged, status.pending) == (3, 0)
+    assert (status.accepted, status.pending) == (3, 0)
 
 
 # ---------------------------------------------------------------------- interleavings
@@ -525,7 +537,7 @@ changes = st.lists(
 
 class Interleavings(RuleBasedStateMachine):
     """A simulated ExaBGP holds the routes of every command it answered ``done``; the
-    helper relays commands and answers in order. At every step the core's acknowledged
+    helper relays commands and answers in order. At every step the core's accepted
     set is what ExaBGP holds; whenever it goes quiet (a re-apply, then every command
     answered ``done``), that is plan()'s target for the desired set and the mode."""
 
@@ -586,13 +598,8 @@ class Interleavings(RuleBasedStateMachine):
             done = cmd.peer in self.up  # ExaBGP refuses it when not established
             if done:
                 self.eor_owed.discard(cmd.peer)
-        elif done and cmd.peer is not None:
-            routes = self.rib.setdefault(cmd.peer, {})
-            for prefix, a in cmd.changes:
-                if a is None:
-                    routes.pop(prefix, None)
-                else:
-                    routes[prefix] = a
+        elif done:
+            hold(self.rib, cmd)
         self.core.on_ack(done, self.now)
 
     @precondition(lambda self: bool(self.outstanding))
@@ -679,8 +686,8 @@ class Interleavings(RuleBasedStateMachine):
         else:
             raise AssertionError("the core never went quiet")
         want = target(self.desired, self.mode)
-        assert self.core.acknowledged() == want
-        assert plan(self.core.acknowledged(), want, SELECTORS) == []
+        assert self.core.accepted() == want
+        assert plan(self.core.accepted(), want, SELECTORS) == []
         assert self.core.converged
         assert all(s.pending == 0 for s in self.core.peer_status().values())
         assert not self.eor_owed, "an established graceful-restart peer lacks End-of-RIB"
@@ -688,8 +695,8 @@ class Interleavings(RuleBasedStateMachine):
     # -------------------------------------------------------------- always
 
     @invariant()
-    def acknowledged_is_what_exabgp_holds(self) -> None:
-        assert self.core.acknowledged() == {p: r for p, r in self.rib.items() if r}
+    def accepted_is_what_exabgp_holds(self) -> None:
+        assert self.core.accepted() == {p: r for p, r in self.rib.items() if r}
 
     @invariant()
     def sessions_as_reported(self) -> None:

@@ -62,7 +62,7 @@ def test_held_peer_gets_nothing_and_keeps_its_desired_routes() -> None:
     c.apply(DESIRED)
     texts = answer_all(c)
     assert all("neighbor 192.0.2.1 " not in t for t in texts)
-    assert c.acknowledged() == {B: DESIRED[B]}
+    assert c.accepted() == {B: DESIRED[B]}
     assert c.held_routes() == {A: 2}
     assert c.converged
 
@@ -75,10 +75,10 @@ def test_release_announces_and_holding_again_withdraws() -> None:
     texts = answer_all(c)
     assert texts
     assert all("withdraw" in t and "neighbor 192.0.2.1 " in t for t in texts)
-    assert A not in c.acknowledged()
+    assert A not in c.accepted()
     c.set_held(set())
     answer_all(c)
-    assert c.acknowledged() == DESIRED
+    assert c.accepted() == DESIRED
     assert c.held_routes() == {}
 
 

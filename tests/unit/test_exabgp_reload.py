@@ -302,7 +302,7 @@ def test_reload_goes_first_alone_then_only_the_new_peer_is_sent_its_routes() -> 
     c.on_ack(True, 1.2)
     assert c.next_commands(1.2) == []
     assert c.converged
-    assert c.acknowledged() == routes
+    assert c.accepted() == routes
 
 
 def test_removed_peer_is_forgotten_at_the_reload_answer_and_a_lost_answer_reloads_again() -> None:
@@ -313,13 +313,13 @@ def test_removed_peer_is_forgotten_at_the_reload_answer_and_a_lost_answer_reload
             c.on_ack(True, 0.0)
     c.reload((NA,), {B})
     assert [x.kind for x in c.next_commands(1.0)] == [CommandKind.RELOAD]
-    assert B in c.acknowledged(), "ExaBGP still holds B until it reloaded"
+    assert B in c.accepted(), "ExaBGP still holds B until it reloaded"
     # The helper reconnects before the answer: unknown whether ExaBGP got it.
     c.disconnect()
     c.connect()
     assert [x.kind for x in c.next_commands(1.0)] == [CommandKind.RELOAD]
     c.on_ack(True, 1.0)
-    assert c.acknowledged() == {A: {net("10.0.0.1/32"): PLAIN}}
+    assert c.accepted() == {A: {net("10.0.0.1/32"): PLAIN}}
     assert c.next_commands(2.0) == []
     assert not c.converged, "held for the settle"
     assert c.next_commands(2.2) == []
@@ -332,7 +332,7 @@ class ExaBGPReloads(RuleBasedStateMachine):
     one in force when answered, from the file as it is then (removed keys dropped, new
     keys empty, the rest kept). The runtime's verdict drives the core. Invariants: no
     route command ever goes to a neighbour the configuration in force does not have
-    (ExaBGP would refuse it), what the core reports acknowledged ExaBGP holds, and once
+    (ExaBGP would refuse it), what the core reports accepted ExaBGP holds, and once
     quiet ExaBGP holds exactly the desired routes of the configured peers."""
 
     CHOICES = (
@@ -419,13 +419,13 @@ class ExaBGPReloads(RuleBasedStateMachine):
         self.core.connect()
 
     @invariant()
-    def acknowledged_routes_are_held(self) -> None:
-        """Whatever the core reports acknowledged, ExaBGP holds (after a reload it may
+    def accepted_routes_are_held(self) -> None:
+        """Whatever the core reports accepted, ExaBGP holds (after a reload it may
         hold more, which the core treats as uncertain until answered)."""
         if any(c.kind is CommandKind.RELOAD for c in self.outstanding):
             return  # answered or not, ExaBGP may have reloaded already
         keys = self._keys(self.in_force)
-        for peer, routes in self.core.acknowledged().items():
+        for peer, routes in self.core.accepted().items():
             assert peer in keys
             assert routes.items() <= self.rib.get(keys[peer], {}).items()
 
@@ -442,7 +442,7 @@ class ExaBGPReloads(RuleBasedStateMachine):
         assert self.in_force.config == self.config.config
         configured = self._keys(self.config)
         want = {p: r for p, r in self.desired.items() if p in configured and r}
-        assert self.core.acknowledged() == want
+        assert self.core.accepted() == want
         assert {configured[p]: r for p, r in want.items()} == {
             k: r for k, r in self.rib.items() if r
         }

@@ -169,8 +169,22 @@ def _live_decision(node: str) -> Decision:
 
 
 @pytest.mark.parametrize("output", ["json", "table"])
-def test_from_speaker_answers_exactly_like_the_offline_command(output: str) -> None:
+def test_from_speaker_answers_like_the_offline_command_plus_the_routers(output: str) -> None:
+    """The same decision, rendered the same way, then what became of each route at the
+    routers (advertised / accepted / pending) and each session's three counts."""
     decision = _live_decision("n2")
+    first, second = decision.routes[0], decision.routes[-1]
+    status: dict[str, Any] = {
+        "node": "n2",
+        "explain": decision_json(decision),
+        "routes": [
+            {"peer": first.peer, "prefix": str(first.prefix), "advertised": True},
+            {"peer": second.peer, "prefix": str(second.prefix), "advertised": False},
+        ],
+        "peers": [
+            {"name": first.peer, "state": "up", "desired": 3, "accepted": 2, "advertised": 1},
+        ],
+    }
     offline = _cli(
         "--config",
         str(DATA / "config.yaml"),
@@ -182,15 +196,34 @@ def test_from_speaker_answers_exactly_like_the_offline_command(output: str) -> N
         output,
     )
     assert offline.returncode == 0, offline.stderr
-    with fake_speaker({"node": "n2", "explain": decision_json(decision)}) as address:
+    with fake_speaker(status) as address:
         live = _cli(
             "--from-speaker", "--metrics-address", address, "--node", "n2", "--output", output
         )
         assert live.returncode == 0, live.stderr
-        assert live.stdout == offline.stdout
+        peer_counts = {
+            "peer": first.peer, "state": "up", "desired": 3, "accepted": 2, "advertised": 1
+        }  # fmt: skip
+        if output == "json":
+            answer = json.loads(live.stdout)
+            assert answer.pop("peers") == [peer_counts]
+            states = [r.pop("state") for r in answer["routes"]]
+            assert answer == json.loads(offline.stdout)
+            assert states[0] == "advertised"
+            assert states[-1] == "accepted"
+            assert set(states[1:-1]) <= {"pending", "advertised", "accepted"}
+        else:
+            assert live.stdout.startswith(offline.stdout)
+            extra = live.stdout[len(offline.stdout) :].splitlines()
+            assert extra[0] == "  at the routers:"
+            assert extra[1].split() == ["SERVICE", "PREFIX", "PEER", "STATE"]
+            assert extra[2].split()[1:] == [str(first.prefix), first.peer, "advertised"]
+            assert extra[-2].split() == ["PEER", "STATE", "DESIRED", "ACCEPTED", "ADVERTISED"]
+            assert extra[-1].split() == [first.peer, "up", "3", "2", "1"]
         # Without --node the JSON is a list, as offline: parsing does not depend on flags.
         listed = _cli("--from-speaker", "--metrics-address", address, "--output", "json")
-        assert json.loads(listed.stdout) == [decision_json(decision)]
+        (node,) = json.loads(listed.stdout)
+        assert node["peers"] == [peer_counts]
 
 
 @pytest.mark.parametrize(

@@ -81,7 +81,9 @@ def _value(reg: CollectorRegistry, name: str, **labels: str) -> float | None:
     ("status", "up", "since"),
     [
         pytest.param(
-            PeerStatus(R1, ipaddress.ip_address("172.31.250.1"), SessionState.UP, 1700.5, "", 3, 1),
+            PeerStatus(
+                R1, ipaddress.ip_address("172.31.250.1"), SessionState.UP, 1700.5, "", 3, 1, 4, 2
+            ),
             1.0,
             1700.5,
             id="established",
@@ -106,18 +108,24 @@ def test_session_metrics_follow_peer_status(
     reg, _ = _registry(StaticSpeakerView(peers={R1: status}))
     assert _value(reg, "kube_bgpd_bgp_session_up", peer=R1) == up
     assert _value(reg, "kube_bgpd_bgp_session_last_change_timestamp_seconds", peer=R1) == since
-    assert _value(reg, "kube_bgpd_bgp_prefixes_acknowledged", peer=R1) == status.acknowledged
+    assert _value(reg, "kube_bgpd_bgp_prefixes_desired", peer=R1) == status.desired
+    assert _value(reg, "kube_bgpd_bgp_prefixes_accepted", peer=R1) == status.accepted
+    assert _value(reg, "kube_bgpd_bgp_prefixes_advertised", peer=R1) == status.advertised
     assert _value(reg, "kube_bgpd_bgp_prefixes_pending", peer=R1) == status.pending
 
 
-def test_announced_series_follow_decision_and_acknowledgement_and_disappear() -> None:
+def test_announced_series_follow_decision_and_advertisement_and_disappear() -> None:
+    """announced is 1 where the route is advertised (on the wire), not merely accepted."""
     decision = Decision(
         node=NODE,
         routes=(_route(R1, P_WEB, WEB), _route(R2, P_WEB, WEB), _route(R1, P_DNS, DNS)),
     )
-    # router-2 has not acknowledged web yet; dns is acknowledged on router-1.
+    # ExaBGP accepted web for router-2 too, but its session is down: not advertised.
+    accepted = {R1: {P_WEB: ATTRS, P_DNS: ATTRS}, R2: {P_WEB: ATTRS}}
     acked = {R1: {P_WEB: ATTRS, P_DNS: ATTRS}}
-    view = LiveView(StaticSpeakerView(decision=decision, routes=acked))
+    view = LiveView(
+        StaticSpeakerView(decision=decision, accepted_routes=accepted, advertised_routes=acked)
+    )
     reg, _ = _registry(view)
     name = "kube_bgpd_service_announced"
     assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R1) == 1.0
@@ -126,7 +134,9 @@ def test_announced_series_follow_decision_and_acknowledgement_and_disappear() ->
 
     # dns withdrawn: its series is gone at the next scrape without anyone deleting it.
     view.state = StaticSpeakerView(
-        decision=Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)), routes=acked
+        decision=Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)),
+        accepted_routes=accepted,
+        advertised_routes=acked,
     )
     assert _value(reg, name, service=DNS, prefix="10.99.100.2/32", peer=R1) is None
     assert _value(reg, name, service=WEB, prefix="10.99.100.1/32", peer=R2) is None
@@ -135,7 +145,7 @@ def test_announced_series_follow_decision_and_acknowledgement_and_disappear() ->
 
 def test_one_prefix_shared_by_two_services_gives_one_series_each() -> None:
     decision = Decision(node=NODE, routes=(_route(R1, P_WEB, WEB, DNS),))
-    reg, _ = _registry(StaticSpeakerView(decision=decision, routes={R1: {P_WEB: ATTRS}}))
+    reg, _ = _registry(StaticSpeakerView(decision=decision, advertised_routes={R1: {P_WEB: ATTRS}}))
     for svc in (WEB, DNS):
         assert (
             _value(
@@ -355,7 +365,7 @@ def test_probes_are_read_at_scrape_time() -> None:
     restarts = [0]
     probes = SpeakerProbes(
         peers=lambda: sessions,
-        routes=dict,
+        accepted_routes=dict,
         decision=lambda: None,
         snapshot=lambda: None,
         running=lambda: True,
@@ -365,6 +375,7 @@ def test_probes_are_read_at_scrape_time() -> None:
         stale=lambda: False,
         kinds_synced=lambda: {"Service": True},
         source_stale=lambda: False,
+        advertised_routes=dict,
     )
     reg, _ = _registry(probes)
     assert _value(reg, "kube_bgpd_bgp_session_up", peer=R1) is None

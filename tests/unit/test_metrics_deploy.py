@@ -146,7 +146,9 @@ def test_dashboard_covers_what_the_issue_asks_for() -> None:
     exprs = " ".join(e for _, e in _targets())
     for needle in (
         "kube_bgpd_bgp_session_up",
-        "kube_bgpd_bgp_prefixes_acknowledged",
+        "kube_bgpd_bgp_prefixes_advertised",
+        "kube_bgpd_bgp_prefixes_accepted",
+        "kube_bgpd_bgp_prefixes_desired",
         "histogram_quantile(0.99, sum by (le) (rate(kube_bgpd_convergence_seconds_bucket",
         "kube_bgpd_pool_addresses_in_use",
         "kube_bgpd_exabgp_restarts_total",

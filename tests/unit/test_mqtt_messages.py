@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 
@@ -11,12 +12,20 @@ from bgpd.model import (
     NodeName,
     PeerEvent,
     PeerName,
+    PeerStatus,
     RouteAttributes,
     RouteChange,
     RouteEvent,
     SessionState,
 )
-from bgpd.mqtt import Message, backoff_delay, messages, peer_topic, prefix_level
+from bgpd.mqtt import (
+    Message,
+    backoff_delay,
+    messages,
+    peer_counts_changed,
+    peer_topic,
+    prefix_level,
+)
 
 NODE = NodeName("node-a")
 R1 = PeerName("router-1")
@@ -75,6 +84,37 @@ def test_peer_state_is_retained(state: SessionState) -> None:
     (m,) = messages("kube-bgpd", PeerEvent(NODE, R1, state, "why", 1.0))
     assert (m.topic, m.retain) == ("kube-bgpd/node-a/peers/router-1", True)
     assert json.loads(m.payload)["state"] == state.value
+
+
+def test_peer_document_carries_the_three_counts() -> None:
+    (m,) = messages("kube-bgpd", PeerEvent(NODE, R1, SessionState.UP, "", 2.0, 5, 4, 3))
+    assert json.loads(m.payload) == {
+        "node": NODE,
+        "peer": R1,
+        "state": "up",
+        "reason": "",
+        "at": 2.0,
+        "desired": 5,
+        "accepted": 4,
+        "advertised": 3,
+    }
+
+
+def test_peer_counts_are_published_when_they_change_only() -> None:
+    """follow_peers' sampling: a peer whose state or counts changed since the last sample
+    gives one event; an unchanged one none; a peer gone is forgotten (and given again if
+    it comes back)."""
+    address = ipaddress.ip_address("172.31.250.1")
+    last: dict[PeerName, tuple[object, ...]] = {}
+    up = PeerStatus(R1, address, SessionState.UP, 1.0, "", accepted=2, desired=2, advertised=1)
+    (ev,) = peer_counts_changed(NODE, {R1: up}, last, 5.0)
+    assert ev == PeerEvent(NODE, R1, SessionState.UP, "", 5.0, 2, 2, 1)
+    assert peer_counts_changed(NODE, {R1: up}, last, 6.0) == []
+    more = dataclasses.replace(up, advertised=2)
+    assert [e.advertised for e in peer_counts_changed(NODE, {R1: more}, last, 7.0)] == [2]
+    assert peer_counts_changed(NODE, {}, last, 8.0) == []
+    assert last == {}
+    assert len(peer_counts_changed(NODE, {R1: more}, last, 9.0)) == 1
 
 
 @pytest.mark.parametrize("bad", ["a/b", "a+b", "#", ""], ids=["slash", "plus", "hash", "empty"])

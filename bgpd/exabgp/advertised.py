@@ -1,0 +1,94 @@
+"""What each router was sent: the driver core's bookkeeping of the advertised routes.
+
+Role: per peer, the prefixes ExaBGP reported sending in UPDATEs on the established
+session (bgpd.exabgp.sent, as text) and, of those, the routes ExaBGP accepted: the
+``advertised`` set of DriverCore, kept up to date change by change so that reading it
+(every scrape, every /status) costs a dict copy and counting it nothing.
+
+Why incremental: ``ipaddress`` networks hash in Python (~1 us each on an idle machine,
+~9 us on a loaded one), so deriving the set at read time (every accepted route checked
+against the wire) took 90-120 ms at 10,000 routes on a loaded 2-vCPU machine, on the
+event loop; a copy of a kept dict reuses the stored hashes (1.7 ms there).
+
+The rules (DriverCore calls them):
+
+* ``accept(peer, prefix, attrs)``: ExaBGP answered ``done`` to an announce (``attrs``)
+  or a withdraw (None) of the prefix;
+* ``sent(peer, announced, withdrawn)``: ExaBGP reported an UPDATE to the peer;
+* ``down(peer)``: the session is not established: the router dropped what it had;
+* ``forget(peer)``: ExaBGP's routes for the peer are no longer known (its accepted set
+  emptied); ``drop(peer)``: the peer is gone altogether.
+
+advertised is always within accepted: a route is in it only while its prefix is both on
+the wire and accepted, with the accepted attributes.
+
+What it must not do: I/O, clocks, logging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from bgpd.decision import prefix_text
+from bgpd.model import DesiredRoutes, IPNetwork, PeerName, RouteAttributes
+
+
+class AdvertisedRoutes:
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        #: Per peer, the prefixes (text) sent in UPDATEs since the session came up.
+        self._wire: dict[PeerName, set[str]] = {}
+        #: Per peer, the accepted routes by prefix text.
+        self._accepted: dict[PeerName, dict[str, tuple[IPNetwork, RouteAttributes]]] = {}
+        #: Per peer, the accepted routes whose prefix is on the wire.
+        self._advertised: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+
+    def accept(self, peer: PeerName, prefix: IPNetwork, attrs: RouteAttributes | None) -> None:
+        text = prefix_text(prefix)
+        if attrs is None:
+            self._accepted.get(peer, {}).pop(text, None)
+            advertised = self._advertised.get(peer)
+            if advertised:
+                advertised.pop(prefix, None)
+            return
+        self._accepted.setdefault(peer, {})[text] = (prefix, attrs)
+        if text in self._wire.get(peer, ()):
+            self._advertised.setdefault(peer, {})[prefix] = attrs
+
+    def sent(self, peer: PeerName, announced: Iterable[str], withdrawn: Iterable[str]) -> None:
+        wire = self._wire.setdefault(peer, set())
+        accepted = self._accepted.get(peer, {})
+        advertised = self._advertised.setdefault(peer, {})
+        for text in withdrawn:
+            wire.discard(text)
+            route = accepted.get(text)
+            if route is not None:
+                advertised.pop(route[0], None)
+        for text in announced:
+            wire.add(text)
+            route = accepted.get(text)
+            if route is not None:
+                advertised[route[0]] = route[1]
+
+    def down(self, peer: PeerName) -> None:
+        self._wire.pop(peer, None)
+        self._advertised.pop(peer, None)
+
+    def forget(self, peer: PeerName) -> None:
+        self._accepted.pop(peer, None)
+        self._advertised.pop(peer, None)
+
+    def drop(self, peer: PeerName) -> None:
+        self.down(peer)
+        self.forget(peer)
+
+    def peers(self) -> set[PeerName]:
+        return set(self._wire) | set(self._accepted)
+
+    def count(self, peer: PeerName) -> int:
+        return len(self._advertised.get(peer, ()))
+
+    def routes(self) -> DesiredRoutes:
+        """A copy, per peer with any."""
+        return {p: dict(r) for p, r in self._advertised.items() if r}
