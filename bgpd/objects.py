@@ -19,6 +19,7 @@ import base64
 import binascii
 import ipaddress
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -27,6 +28,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from bgpd.model import (
+    EMPTY_LABELS,
     ClusterSnapshot,
     Endpoint,
     EndpointSlice,
@@ -38,12 +40,17 @@ from bgpd.model import (
     ServiceKey,
     ServicePort,
     TrafficPolicy,
-    frozen_map,
 )
 from bgpd.untrusted import MAX_DUMP_BYTES, InputRefused, bounded_loader, check_size, load_json
 
 #: EndpointSlice label naming the Service a slice belongs to (discovery.k8s.io/v1).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+#: The annotations kept of a Service or Node: MetalLB's (current and deprecated prefix,
+#: read by the allocator) and ours (attributes, drain). Every other annotation (often a
+#: kubectl last-applied-configuration copy of the whole object, kilobytes per Service) is
+#: dropped at conversion, so no cache holds it; tests/unit/test_objects_trimmed.py checks
+#: that every annotation the product reads has one of these prefixes.
+KEPT_ANNOTATION_PREFIXES = ("metallb.io/", "metallb.universe.tf/", "kube-bgpd.io/")
 #: Node condition type that, when True, means the node's network is not set up
 #: (core/v1 NodeNetworkUnavailable); MetalLB withdraws from such nodes.
 NETWORK_UNAVAILABLE = "NetworkUnavailable"
@@ -111,12 +118,32 @@ def _bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
     raise ObjectError(f"{where}.{key}: expected true or false, got {value!r}")
 
 
-def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+def _string_map(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
     raw = _map(meta, key, where)
     for k, v in raw.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ObjectError(f"{where}.{key}: {k!r} must map a string to a string")
-    return frozen_map(raw)
+    return raw
+
+
+def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+    """A read-only string-to-string map; its keys interned (label keys repeat across
+    objects), and the one shared empty map when empty (most objects)."""
+    raw = _string_map(meta, key, where)
+    return MappingProxyType({sys.intern(k): v for k, v in raw.items()}) if raw else EMPTY_LABELS
+
+
+def _annotations(meta: Mapping[str, Any], where: str) -> Mapping[str, str]:
+    """metadata.annotations, checked whole and kept only under KEPT_ANNOTATION_PREFIXES."""
+    raw = _string_map(meta, "annotations", where)
+    kept = {sys.intern(k): v for k, v in raw.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)}
+    return MappingProxyType(kept) if kept else EMPTY_LABELS
+
+
+def _interned(value: str | None) -> str | None:
+    """One string object for a value many objects share (a namespace, a node name, a
+    protocol), instead of one per object parsed from the API's JSON."""
+    return None if value is None else sys.intern(value)
 
 
 def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
@@ -125,7 +152,9 @@ def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
         raise ObjectError(f"{kind}: expected an object, got {type(obj).__name__}")
     meta = _map(obj, "metadata", kind)
     name = _required(meta, "name", f"{kind}.metadata")
-    namespace = _required(meta, "namespace", f"{kind} {name}.metadata") if namespaced else ""
+    namespace = (
+        sys.intern(_required(meta, "namespace", f"{kind} {name}.metadata")) if namespaced else ""
+    )
     where = f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}"
     return namespace, name, where
 
@@ -177,7 +206,7 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
         ports.append(
             ServicePort(
                 port=port,
-                protocol=_str(entry, "protocol", at) or "TCP",
+                protocol=sys.intern(_str(entry, "protocol", at) or "TCP"),
                 name=_str(entry, "name", at) or "",
             )
         )
@@ -194,18 +223,18 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     return Service(
         namespace=namespace,
         name=name,
-        type=_str(spec, "type", f"{where}.spec") or "ClusterIP",
+        type=sys.intern(_str(spec, "type", f"{where}.spec") or "ClusterIP"),
         uid=_str(meta, "uid", f"{where}.metadata") or "",
         load_balancer_class=_str(spec, "loadBalancerClass", f"{where}.spec"),
         external_traffic_policy=policy,
         ingress_ips=tuple(ingress),
         load_balancer_ip=_str(spec, "loadBalancerIP", f"{where}.spec") or None,
-        ip_families=tuple(families),
-        ip_family_policy=_str(spec, "ipFamilyPolicy", f"{where}.spec"),
+        ip_families=tuple(sys.intern(f) for f in families),
+        ip_family_policy=_interned(_str(spec, "ipFamilyPolicy", f"{where}.spec")),
         ports=tuple(ports),
         selector=None if selector is None else _labels(spec, "selector", f"{where}.spec"),
         labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_labels(meta, "annotations", f"{where}.metadata"),
+        annotations=_annotations(meta, f"{where}.metadata"),
         health_check_node_port=hcnp,
     )
 
@@ -218,7 +247,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
     """
     namespace, name, where = _meta(obj, "EndpointSlice", namespaced=True)
     meta = _map(obj, "metadata", where)
-    labels = _labels(meta, "labels", f"{where}.metadata")
+    labels = _string_map(meta, "labels", f"{where}.metadata")
     endpoints: list[Endpoint] = []
     for i, entry in enumerate(_list(obj, "endpoints", where)):
         at = f"{where}.endpoints[{i}]"
@@ -231,7 +260,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
         endpoints.append(
             Endpoint(
                 addresses=tuple(addresses),
-                node_name=_str(entry, "nodeName", at),
+                node_name=_interned(_str(entry, "nodeName", at)),
                 ready=_bool(cond, "ready", f"{at}.conditions"),
                 serving=_bool(cond, "serving", f"{at}.conditions"),
                 terminating=_bool(cond, "terminating", f"{at}.conditions"),
@@ -241,7 +270,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
         namespace=namespace,
         name=name,
         service_name=labels.get(SERVICE_NAME_LABEL),
-        address_type=_str(obj, "addressType", where) or "IPv4",
+        address_type=sys.intern(_str(obj, "addressType", where) or "IPv4"),
         endpoints=tuple(endpoints),
     )
 
@@ -271,7 +300,7 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     return Node(
         name=NodeName(name),
         labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_labels(meta, "annotations", f"{where}.metadata"),
+        annotations=_annotations(meta, f"{where}.metadata"),
         network_unavailable=unavailable,
         addresses=tuple(addresses),
     )
