@@ -20,7 +20,7 @@ import binascii
 import ipaddress
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeGuard
@@ -41,7 +41,15 @@ from bgpd.model import (
     ServicePort,
     TrafficPolicy,
 )
-from bgpd.untrusted import MAX_DUMP_BYTES, InputRefused, bounded_loader, check_size, load_json
+from bgpd.untrusted import (
+    MAX_DUMP_BYTES,
+    InputRefused,
+    Item,
+    Part,
+    check_size,
+    json_parts,
+    yaml_parts,
+)
 
 #: EndpointSlice label naming the Service a slice belongs to (discovery.k8s.io/v1).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
@@ -352,25 +360,27 @@ _CONVERTERS = {
 }
 
 
-def _load_documents(text: str) -> list[Any]:
-    """JSON with the json module when the text looks like JSON (about 100 times faster
-    than a YAML parser on a 10,000-Service dump, k8s-notes.md), else YAML with libyaml's
-    CSafeLoader when available. Several YAML documents (`---`) are allowed, so dumps of
-    several `kubectl get` runs can be concatenated."""
-    stripped = text.lstrip()
+def _parts(text: str) -> Iterator[Part]:
+    """The dump's documents, the items of each list streamed one at a time (see
+    bgpd.untrusted: the whole document tree is never built). JSON with the json module
+    when the text looks like JSON (about 100 times faster than a YAML parser on a
+    10,000-Service dump, k8s-notes.md), else YAML with libyaml's events when available.
+    Several YAML documents (`---`) are allowed, so dumps of several `kubectl get` runs can
+    be concatenated."""
     try:
         check_size(len(text), MAX_DUMP_BYTES)
     except InputRefused as exc:
         raise DumpError(f"refused: {exc}") from exc
-    if stripped.startswith(("{", "[")):
+    if text.lstrip().startswith(("{", "[")):
         try:
-            return [load_json(text)]
+            yield from json_parts(text)
         except json.JSONDecodeError as exc:
             raise DumpError(f"not valid JSON: {exc}") from exc
         except InputRefused as exc:
             raise DumpError(f"refused: {exc}") from exc
+        return
     try:
-        return [d for d in yaml.load_all(text, Loader=_DUMP_LOADER) if d is not None]
+        yield from yaml_parts(text, _YAML_LOADER)
     except yaml.YAMLError as exc:
         raise DumpError(f"not valid YAML: {' '.join(str(exc).split())}") from exc
     except InputRefused as exc:
@@ -380,42 +390,103 @@ def _load_documents(text: str) -> list[Any]:
         raise DumpError(f"not valid YAML: {exc}") from exc
 
 
-#: libyaml's loader when available, bounded (bgpd.untrusted) like the config loader's.
-_DUMP_LOADER = bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+#: libyaml's loader when available; yaml_parts applies the bounds (bgpd.untrusted).
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
-    """(place, kind, object) for every object in every document; a document is a List
-    (kubectl's `kind: List`, or a typed list such as ServiceList from the raw API, whose
-    items carry no kind) or a single object."""
-    for d, doc in enumerate(documents):
-        doc_where = f"document {d + 1}" if len(documents) > 1 else "dump"
-        if isinstance(doc, list):
-            objects: Sequence[Any] = doc
-            default_kind = ""
-        elif _is_map(doc):
-            kind = doc.get("kind")
-            if isinstance(kind, str) and kind.endswith("List"):
-                raw = doc.get("items")
-                if raw is None:
-                    raw = []
-                if not isinstance(raw, list):
-                    raise DumpError(f"{doc_where}: items must be a list")
-                objects = raw
-                default_kind = kind.removesuffix("List")
-            else:
-                yield doc_where, kind if isinstance(kind, str) else "", doc
+class _Refused(Exception):
+    """An object of a dump that cannot be read; `detail` follows its place in the message."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _read_object(kind: str, obj: object) -> tuple[str, Any] | None:
+    """(kind, what the dump gives for it): a model object, or for a Secret ((namespace,
+    name), password); None for kinds that change no decision. Raises _Refused."""
+    if not _is_map(obj):
+        raise _Refused(f": expected an object, got {type(obj).__name__}")
+    if not kind:
+        raise _Refused(": has no kind")
+    if kind == "Secret":
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise _Refused(" (Secret): has no metadata.name")
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        ns = namespace if isinstance(namespace, str) and namespace else "default"
+        return kind, ((ns, name), secret_password(obj))
+    convert = _CONVERTERS.get(kind)
+    if convert is None:
+        return None
+    try:
+        return kind, convert(obj)
+    except ObjectError as exc:
+        raise _Refused(f" ({kind}): {exc}") from exc
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
+        # A value of a type no accessor expects (a float port, a date, a huge
+        # number): a dump error naming the object, never a traceback.
+        raise _Refused(f" ({kind}): cannot read: {type(exc).__name__}: {exc}") from exc
+
+
+def _kind_of(obj: object, default: str) -> str:
+    kind = obj.get("kind", default) if _is_map(obj) else default
+    return kind if isinstance(kind, str) else ""
+
+
+def _read(parts: Iterable[Part]) -> Iterator[tuple[str, Any]]:
+    """What _read_object gives for every object of every document, in order; a document
+    is a List (kubectl's `kind: List`, or a typed list such as ServiceList from the raw
+    API, whose items carry no kind) or a single object. An item is read as soon as it is
+    parsed (kubectl prints `kind: List` after the items); what it gave is handed on once
+    the document is known to be a List, and an error is raised then, naming its place."""
+    read: list[tuple[int, tuple[str, Any] | _Refused | None]] = []
+    kindless: list[Item] = []
+    number = 0
+    for part in parts:
+        if isinstance(part, Item):
+            if _is_map(part.value) and "kind" not in part.value:
+                kindless.append(part)  # its kind is the List's, said after the items
                 continue
+            kind = _kind_of(part.value, "")
+            read.append((part.index, _try_read(kind, part.value)))
+            continue
+        number += 1
+        doc_where = "dump" if number == 1 and part.last else f"document {number}"
+        doc = part.value
+        if _is_map(doc):
+            kind = _kind_of(doc, "")
+            if kind.endswith("List"):
+                items = doc.get("items")
+                if not part.streamed and items is not None:
+                    raise DumpError(f"{doc_where}: items must be a list")  # else streamed
+                default = kind.removesuffix("List")
+                read += [(p.index, _try_read(default, p.value)) for p in kindless]
+            else:
+                read = [(-1, _try_read(kind, doc))]
+        elif isinstance(doc, list):  # a top-level sequence, streamed: no List kind
+            read += [(p.index, _try_read("", p.value)) for p in kindless]
         else:
             raise DumpError(
                 f"{doc_where}: expected a kind: List or an object, got {type(doc).__name__}"
             )
-        for i, item in enumerate(objects):
-            where = f"{doc_where} item {i}"
-            if not _is_map(item):
-                raise DumpError(f"{where}: expected an object, got {type(item).__name__}")
-            kind = item.get("kind", default_kind)
-            yield where, kind if isinstance(kind, str) else "", item
+        read.sort(key=lambda entry: entry[0])
+        for index, outcome in read:
+            if isinstance(outcome, _Refused):
+                where = doc_where if index < 0 else f"{doc_where} item {index}"
+                raise DumpError(f"{where}{outcome.detail}") from outcome.__cause__
+            if outcome is not None:
+                yield outcome
+        read, kindless = [], []
+
+
+def _try_read(kind: str, obj: object) -> tuple[str, Any] | _Refused | None:
+    """_read_object, its refusal returned instead of raised."""
+    try:
+        return _read_object(kind, obj)
+    except _Refused as exc:
+        return exc
 
 
 def secret_password(secret: Mapping[str, Any]) -> str | None:
@@ -467,29 +538,12 @@ def parse_dump(text: str) -> ClusterDump:
         "Node": nodes,
         "Namespace": namespaces,
     }
-    for where, kind, obj in _items(_load_documents(text)):
-        if not kind:
-            raise DumpError(f"{where}: has no kind")
+    for kind, value in _read(_parts(text)):
         if kind == "Secret":
-            meta = obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if not isinstance(name, str) or not name:
-                raise DumpError(f"{where} (Secret): has no metadata.name")
-            namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-            ns = namespace if isinstance(namespace, str) and namespace else "default"
-            secrets[(ns, name)] = secret_password(obj)
-            continue
-        convert = _CONVERTERS.get(kind)
-        if convert is None:
-            continue
-        try:
-            sinks[kind].append(convert(obj))
-        except ObjectError as exc:
-            raise DumpError(f"{where} ({kind}): {exc}") from exc
-        except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
-            # A value of a type no accessor expects (a float port, a date, a huge
-            # number): a dump error naming the object, never a traceback.
-            raise DumpError(f"{where} ({kind}): cannot read: {type(exc).__name__}: {exc}") from exc
+            key, password = value
+            secrets[key] = password
+        else:
+            sinks[kind].append(value)
     return ClusterDump(
         build_snapshot(services, slices, nodes, namespaces), MappingProxyType(secrets)
     )
