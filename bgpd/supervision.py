@@ -115,7 +115,10 @@ class Supervisor:
         #: Starts after the first one, whatever the cause (crash, kill, reconfigure).
         self.restarts = 0
         self._proc: asyncio.subprocess.Process | None = None
-        self._crashes: list[float] = []
+        #: Unrequested exits within the crash window: (when, PID).
+        self._crashes: list[tuple[float, int]] = []
+        #: PIDs whose exit our own watchdog caused, told before the exit was seen.
+        self._excused: set[int] = set()
         self._consecutive = 0
         self._stopping = False
         self._requested = False
@@ -200,16 +203,21 @@ class Supervisor:
                     )
                     continue
                 uptime = now - started_at
-                self._consecutive = 1 if uptime > self.crash_window else self._consecutive + 1
-                self._crashes = [t for t in self._crashes if now - t < self.crash_window] + [now]
+                excused = proc.pid in self._excused
+                self._excused.discard(proc.pid)
+                if not excused:
+                    self._consecutive = 1 if uptime > self.crash_window else self._consecutive + 1
+                    self._crashes = [c for c in self._crashes if now - c[0] < self.crash_window]
+                    self._crashes.append((now, proc.pid))
                 log(
                     _logger,
-                    logging.ERROR,
+                    logging.WARNING if excused else logging.ERROR,
                     f"{self.name}.exited",
                     pid=proc.pid,
                     returncode=rc,
                     uptime=round(uptime, 3),
                     crashes=len(self._crashes),
+                    excused=excused,
                 )
                 if len(self._crashes) > self.max_crashes:
                     raise self.crash_error(
@@ -233,6 +241,20 @@ class Supervisor:
             log(_logger, logging.WARNING, f"{self.name}.killing", pid=self.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
+
+    def excuse(self, pid: int) -> None:
+        """This child's exit, seen or still to come, is no crash: our own watchdog
+        (bgpd.bfd.watchdog) killed it because the speaker hung. Its kill and the exit
+        arrive on different pipes, in either order; neither counts towards the crash
+        loop, so a speaker whose ExaBGP is stuck for a while does not end over it. The
+        back-off still applies (the watchdog kills each new child while the hang lasts)."""
+        before = len(self._crashes)
+        self._crashes = [c for c in self._crashes if c[1] != pid]
+        if len(self._crashes) == before:
+            self._excused.add(pid)
+            # Only children still to exit wait here; a PID is seldom told twice.
+            if len(self._excused) > 64:
+                self._excused.clear()
 
     def restart(self) -> None:
         """Restart at once, not as a crash (a new configuration)."""

@@ -19,6 +19,16 @@ The rules:
   Up does nothing. The teardown is sent whatever the BGP session's state is believed to
   be: ExaBGP tears down only an established session (answering ``done`` either way), and
   the state the speaker holds may lag ExaBGP's.
+* **The router's own Down is the router's to act on**: a Down whose diagnostic is
+  "neighbor signaled session down" means the router's BFD went down while its packets
+  still reach the node; the router's BGP follows its own BFD (FRR and BIRD tear the
+  session down themselves, with Cease 10). Measured at FRR 8.4: right after the start,
+  the router re-registers the node's BFD session while their BGP session comes up and
+  signals Down once (1.4 s after Up in the lab): a teardown of the speaker's own then
+  only added a false ``bfd.teardown`` to every start. Such a Down neither fires nor
+  disarms: a Down that follows it with another diagnostic (the path then failed:
+  "control detection time expired") still tears down once. Strict holds the routes for
+  it as for any Down.
 * **AdminDown is not a failure** (RFC 5882 section 3.2): a session administratively down
   at either end means "BFD is not in use", not "the path failed": no teardown (and a
   Down that follows an AdminDown is not one after Up), and routes are not held for it.
@@ -42,6 +52,10 @@ from enum import StrEnum
 
 from bgpd.bfd.state import BfdPeerState, BfdState
 from bgpd.model import HoldReason, PeerName
+
+#: bfdd's diagnostic for a Down the other end signalled (RFC 5880 section 4.1, code 3):
+#: packets from the router arrive, so the path towards the node works (see the rules).
+NEIGHBOR_SIGNALED_DOWN = "neighbor signaled session down"
 
 #: The Cease subcode of the BGP teardown (RFC 9384, "BFD Down"): the router's log says
 #: why the session ended. ExaBGP 5.0.15 sends any subcode it is given.
@@ -117,7 +131,7 @@ def _step(
         armed.add(peer)
     elif new is BfdState.ADMIN_DOWN:
         armed.discard(peer)
-    elif new is BfdState.DOWN and peer in armed:
+    elif new is BfdState.DOWN and peer in armed and reading.diagnostic != NEIGHBOR_SIGNALED_DOWN:
         armed.discard(peer)
         if not state.stopping:
             out.append(Teardown(peer, reading.diagnostic))

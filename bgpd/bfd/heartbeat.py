@@ -45,9 +45,17 @@ def watchdog_argv(timeout: float, parent: int) -> list[str]:
 class BfdWatchdog:
     """See the module docstring."""
 
-    def __init__(self, *, timeout: float, unanswered: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        unanswered: Callable[[], float],
+        on_kill: Callable[[int], None] | None = None,
+    ) -> None:
         self.timeout = timeout
         self.unanswered = unanswered
+        #: Told the PID of each bfdd the watchdog killed (its supervisor excuses it).
+        self.on_kill = on_kill
         self.kills = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._pid: int | None = None
@@ -127,6 +135,8 @@ class BfdWatchdog:
             fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
             self.kills += 1
             log(_logger, logging.WARNING, "bfd.watchdog_killed", **fields)
+            if self.on_kill is not None and fields.get("pid", "").isdigit():
+                self.on_kill(int(fields["pid"]))
         return await proc.wait()
 
     async def _close(self) -> None:

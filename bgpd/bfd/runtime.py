@@ -246,6 +246,9 @@ class BfdRuntime:
         self._settled = asyncio.Event()
         self._settled.set()
         self._vty: Vty | None = None
+        #: admin_down() was called: the speaker is saying goodbye, and no configure()
+        #: (a rendering during the stop) may bring the sessions back Up.
+        self._goodbye = False
         self.supervisor = Supervisor(
             argv=[binary],
             name="bfdd",
@@ -315,7 +318,13 @@ class BfdRuntime:
 
     async def configure(self, peers: Sequence[BfdPeerConfig]) -> None:
         """Run these sessions; returns once the running bfdd holds them (or none runs:
-        its next start reads them from the file)."""
+        its next start reads them from the file). Ignored once admin_down() was called:
+        the goodbye's AdminDown holds until bfdd stops."""
+        if self._goodbye:
+            return
+        await self._configure(peers)
+
+    async def _configure(self, peers: Sequence[BfdPeerConfig]) -> None:
         self._desired = tuple(peers)
         if self.pid is not None and self._desired != self._applied:
             self._settled.clear()
@@ -325,8 +334,9 @@ class BfdRuntime:
     async def admin_down(self) -> None:
         """Every session AdminDown, then about two transmit intervals so the routers
         receive it (bfdd sends the state change at once and then at its interval)."""
+        self._goodbye = True
         peers = admin_down(self._desired)
-        await self.configure(peers)
+        await self._configure(peers)
         if self.pid is not None and peers:
             await asyncio.sleep(2 * max(p.transmit_interval for p in peers) / 1000.0)
 

@@ -271,6 +271,9 @@ class DriverCore:
         self._held: frozenset[PeerName] = frozenset()
         #: Peers whose session is to be torn down, with the Cease subcode, in order.
         self._teardown_due: dict[PeerName, int] = {}
+        #: Peers whose established session this speaker tore down (BFD went down) and
+        #: whose down has not been seen yet: that down is not a flap (see _set_state).
+        self._own_teardowns: set[PeerName] = set()
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -523,7 +526,15 @@ class DriverCore:
             peer=name,
             reason=reason,
         )
-        if state is SessionState.DOWN and was is not SessionState.DOWN:
+        if state is SessionState.UP:
+            self._own_teardowns.discard(name)
+        if (
+            state is SessionState.DOWN
+            and was is not SessionState.DOWN
+            # The flap rule is about two speakers taking turns; a session this speaker
+            # closed itself because BFD went down is not one (issue 17).
+            and not self._own_teardown(name)
+        ):
             history = self._flaps.get(name, FlapState())
             verdict = on_down(self.flap_policy, history, at, self._rand())
             self._flaps[name] = verdict.state
@@ -624,6 +635,13 @@ class DriverCore:
         if peer in self._neighbors:
             self._teardown_due.setdefault(peer, subcode)
             self._dirty = True
+
+    def _own_teardown(self, peer: PeerName) -> bool:
+        """This down is the one the speaker's own teardown caused (counted once)."""
+        if peer in self._own_teardowns:
+            self._own_teardowns.discard(peer)
+            return True
+        return False
 
     def held_routes(self) -> dict[PeerName, int]:
         """Per held peer, how many desired routes are held back from it (0 included)."""
@@ -768,6 +786,8 @@ class DriverCore:
                 n = self._neighbors.get(peer)
                 subcode = self._teardown_due.pop(peer)
                 if n is not None:
+                    if self._sessions.get(peer, _Session()).state is not SessionState.DOWN:
+                        self._own_teardowns.add(peer)
                     cmd = teardown_command(peer, n.selector, subcode)
                     self._record_sent(cmd, now)
                     out.append(cmd)

@@ -30,7 +30,9 @@ The rule: a session that went down ``downs`` times within ``window`` seconds is
 flapping; it is then held down for ``first`` seconds, each further hold-down of the same
 episode twice as long up to ``cap``, every one shortened by up to ``jitter`` of itself
 at random so two speakers holding down in step do not come back in step. Downs while
-held down are not counted (holding down is what causes them). An episode ends after
+held down are not counted (holding down is what causes them), nor are the downs the
+speaker causes itself when a peer's BFD session goes down (the driver core does not pass
+them in: bgpd.exabgp.core ``_own_teardown``). An episode ends after
 ``quiet`` seconds without a down: the next hold-down starts from ``first`` again.
 
 What it must not do: decide anything but the interval; the driver core logs the

@@ -327,6 +327,8 @@ class Speaker:
         self.bfd_watchdog = BfdWatchdog(
             timeout=sc.bfd_watchdog,
             unanswered=lambda: self.driver.core.unanswered_for(time.monotonic()),
+            # A kill by our own watchdog is no crash of bfdd's (bgpd.supervision).
+            on_kill=lambda pid: self.bfd.supervisor.excuse(pid),
         )
         #: (first change not accepted yet, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None

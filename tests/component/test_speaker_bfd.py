@@ -102,8 +102,10 @@ def test_speaker_runs_bfdd_and_shows_the_session(
     def bfd_up() -> dict[str, Any] | None:
         doc = status()
         bfd = None if doc is None else doc.get("bfd")
+        # Up with the negotiated timers: right after Up bfdd may still show the slow
+        # start's (1 s x 3 = 3000 ms) until the Poll/Final sequence ends (RFC 5880 6.8.3).
         if bfd and bfd["peers"] and bfd["peers"][0]["state"] == "up":
-            return doc
+            return doc if bfd["peers"][0]["detect_ms"] == 900 else None
         return None
 
     try:

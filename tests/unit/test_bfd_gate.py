@@ -70,6 +70,37 @@ def test_teardown_carries_the_diagnostic() -> None:
     assert t.teardowns == (Teardown(A, "control detection time expired"),)
 
 
+REMOTE = gate.NEIGHBOR_SIGNALED_DOWN
+EXPIRED = "control detection time expired"
+
+
+@pytest.mark.parametrize(
+    ("sequence", "teardowns"),
+    [
+        pytest.param(((UP, ""), (DOWN, REMOTE)), [], id="router-signalled-down"),
+        pytest.param(
+            ((DOWN, ""), (INIT, ""), (UP, ""), (DOWN, REMOTE), (INIT, ""), (UP, "")),
+            [],
+            id="start-up-re-registration",
+        ),
+        pytest.param(((UP, ""), (DOWN, REMOTE), (DOWN, EXPIRED)), [EXPIRED], id="then-expired"),
+        pytest.param(((UP, ""), (DOWN, EXPIRED), (DOWN, REMOTE)), [EXPIRED], id="expired-once"),
+        pytest.param(((UP, ""), (DOWN, REMOTE), (UP, ""), (DOWN, "")), [""], id="then-down"),
+    ],
+)
+def test_a_down_the_router_signalled_is_the_routers_to_act_on(
+    sequence: tuple[tuple[BfdState, str], ...], teardowns: list[str]
+) -> None:
+    """Issue 17: at start FRR re-registers the BFD session when BGP comes up and signals
+    Down once; the speaker tears down only for a Down of its own reading."""
+    state, out = start(), list[Teardown]()
+    for s, diagnostic in sequence:
+        t = gate.observe(state, {A: reading(A, s, diagnostic)})
+        state, out = t.state, out + list(t.teardowns)
+    assert out == [Teardown(A, d) for d in teardowns]
+    assert A in gate.held(state) or state.states[A] is UP
+
+
 @pytest.mark.parametrize(
     ("strict", "state", "held"),
     [

@@ -17,7 +17,8 @@ def test_period() -> None:
 
 async def test_exabgp_owing_an_answer_gets_bfdd_killed() -> None:
     child = await asyncio.create_subprocess_exec("sleep", "60")
-    dog = BfdWatchdog(timeout=1.0, unanswered=lambda: 30.0)
+    killed: list[int] = []
+    dog = BfdWatchdog(timeout=1.0, unanswered=lambda: 30.0, on_kill=killed.append)
     task = asyncio.create_task(dog.run())
     try:
         await wait_until_async(lambda: dog.pid is not None, what="watchdog started")
@@ -25,6 +26,8 @@ async def test_exabgp_owing_an_answer_gets_bfdd_killed() -> None:
         async with asyncio.timeout(10):  # only catches a hang
             assert await child.wait() == -9
         await wait_until_async(lambda: dog.kills == 1, what="the kill reported")
+        # Its supervisor is told which bfdd it was (a kill of ours is no crash).
+        assert killed == [child.pid]
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from bgpd.bfd.render import BfdPeerConfig
-from bgpd.bfd.runtime import _unreachable, bfdd_argv, poll_interval
+from bgpd.bfd.runtime import BfdRuntime, _unreachable, bfdd_argv, poll_interval
 from bgpd.model import PeerName
 
 P = BfdPeerConfig(
@@ -85,3 +85,15 @@ def test_unreachable_names_the_first_parent_another_user_cannot_search(top: Path
     assert _unreachable(inner, *other) == closed
     # Its owner may search it.
     assert _unreachable(inner, os.getuid(), os.getgid()) is None
+
+
+async def test_a_rendering_during_the_stop_does_not_undo_the_goodbye(tmp_path: Path) -> None:
+    """Issue 17: once admin_down() (the goodbye) ran, a configure() from a rendering during
+    the stop must not set the sessions Up again: AdminDown holds until bfdd stops."""
+    runtime = BfdRuntime(work_dir=tmp_path, on_states=lambda _: None, on_started=lambda _: None)
+    q = replace(P, peer=PeerName("b"), address=ipaddress.ip_address("192.0.2.2"))
+    await runtime.configure([P])
+    await runtime.admin_down()
+    assert runtime.peers == (replace(P, shutdown=True),)
+    await runtime.configure([P, q])
+    assert runtime.peers == (replace(P, shutdown=True),)

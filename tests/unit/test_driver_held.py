@@ -139,3 +139,42 @@ def test_end_of_rib_waits_for_the_held_routes() -> None:
     texts = answer_all(c)
     assert [t.split(" announce ")[1].split(" ")[0] for t in texts] == ["attributes", "eor"]
     assert texts[-1] == "neighbor 192.0.2.1 local-ip 192.0.2.10 announce eor ipv4 unicast"
+
+
+def state_doc(peer: str, state: str) -> dict[str, object]:
+    return {
+        "type": "state",
+        "neighbor": {"address": {"peer": peer, "local": "192.0.2.10"}, "state": state},
+    }
+
+
+def test_a_session_the_speaker_tore_down_for_bfd_is_not_a_flap() -> None:
+    """Issue 17: the flap rule (bgpd.exabgp.flap) is about two speakers taking turns; the
+    downs this speaker causes itself when BFD goes down must not hold the peer down."""
+    c = core()
+    now = 1000.0
+    for _ in range(3 * c.flap_policy.downs):
+        c.on_event(state_doc("192.0.2.1", "up"), now)
+        c.teardown(A, 10)
+        assert any("teardown" in t for t in answer_all(c, now))
+        c.on_event(state_doc("192.0.2.1", "down"), now + 0.1)
+        now += 1.0
+    assert c.held_down(now) == set()
+    # The same downs without a teardown of ours are a flap, as before.
+    for _ in range(c.flap_policy.downs):
+        c.on_event(state_doc("192.0.2.1", "up"), now)
+        c.on_event(state_doc("192.0.2.1", "down"), now + 0.1)
+        now += 1.0
+    assert c.held_down(now) == {A}
+
+
+def test_a_teardown_of_a_session_already_down_leaves_the_next_down_counted() -> None:
+    c = core()
+    c.teardown(A, 10)  # the session is down: ExaBGP has nothing to close
+    answer_all(c, 1000.0)
+    now = 1001.0
+    for _ in range(c.flap_policy.downs):
+        c.on_event(state_doc("192.0.2.1", "up"), now)
+        c.on_event(state_doc("192.0.2.1", "down"), now + 0.1)
+        now += 1.0
+    assert c.held_down(now) == {A}
