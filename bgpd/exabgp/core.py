@@ -217,6 +217,9 @@ class DriverCore:
         self._neighbors: dict[PeerName, Neighbor] = {}
         self._desired: Routes = {}
         self._acked: Routes = {}
+        #: acknowledged()'s copy until _acked changes: readers (every /metrics scrape)
+        #: get the same object, so they can key work on it and a scrape copies nothing.
+        self._acked_copy: DesiredRoutes | None = None
         self._sent: Routes = {}
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
@@ -292,6 +295,7 @@ class DriverCore:
         self._reload_due, self._reload_sent, self._settle_due = None, None, False
         self._uncertain = {}
         self._acked = {}
+        self._acked_copy = None
         self._sent = {}
         self._queue.clear()
         self._in_flight.clear()
@@ -343,6 +347,7 @@ class DriverCore:
                 if cmd.peer in self._uncertain:
                     self._uncertain[cmd.peer].difference_update(p for p, _ in cmd.changes)
                 acked = self._acked.setdefault(cmd.peer, {})
+                self._acked_copy = None
                 emit, node, peer = self.emit, self.node, cmd.peer
                 for prefix, attrs in cmd.changes:
                     if attrs is None:
@@ -405,6 +410,7 @@ class DriverCore:
         session closed, or is a new one): returns the prefixes it had acknowledged."""
         self._sent.pop(peer, None)
         held = list(self._acked.pop(peer, {}))
+        self._acked_copy = None
         for prefix in held:
             self.emit(RouteEvent(self.node, peer, prefix, RouteChange.WITHDRAWN, None, at))
         return held
@@ -779,7 +785,11 @@ class DriverCore:
         return len(self._in_flight)
 
     def acknowledged(self) -> DesiredRoutes:
-        return {p: dict(r) for p, r in self._acked.items() if r}
+        """A copy of what ExaBGP acknowledged; the same object until that changes
+        (callers must not modify it)."""
+        if self._acked_copy is None:
+            self._acked_copy = {p: dict(r) for p, r in self._acked.items() if r}
+        return self._acked_copy
 
     def held_down(self, now: float) -> set[PeerName]:
         """The sessions being held down at ``now`` (flapping: bgpd.exabgp.flap)."""
