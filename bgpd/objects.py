@@ -19,7 +19,8 @@ import base64
 import binascii
 import ipaddress
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeGuard
@@ -27,6 +28,7 @@ from typing import Any, TypeGuard
 import yaml
 
 from bgpd.model import (
+    EMPTY_LABELS,
     ClusterSnapshot,
     Endpoint,
     EndpointSlice,
@@ -38,12 +40,25 @@ from bgpd.model import (
     ServiceKey,
     ServicePort,
     TrafficPolicy,
-    frozen_map,
 )
-from bgpd.untrusted import MAX_DUMP_BYTES, InputRefused, bounded_loader, check_size, load_json
+from bgpd.untrusted import (
+    MAX_DUMP_BYTES,
+    InputRefused,
+    Item,
+    Part,
+    check_size,
+    json_parts,
+    yaml_parts,
+)
 
 #: EndpointSlice label naming the Service a slice belongs to (discovery.k8s.io/v1).
 SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+#: The annotations kept of a Service or Node: MetalLB's (current and deprecated prefix,
+#: read by the allocator) and ours (attributes, drain). Every other annotation (often a
+#: kubectl last-applied-configuration copy of the whole object, kilobytes per Service) is
+#: dropped at conversion, so no cache holds it; tests/unit/test_objects_trimmed.py checks
+#: that every annotation the product reads has one of these prefixes.
+KEPT_ANNOTATION_PREFIXES = ("metallb.io/", "metallb.universe.tf/", "kube-bgpd.io/")
 #: Node condition type that, when True, means the node's network is not set up
 #: (core/v1 NodeNetworkUnavailable); MetalLB withdraws from such nodes.
 NETWORK_UNAVAILABLE = "NetworkUnavailable"
@@ -111,12 +126,32 @@ def _bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
     raise ObjectError(f"{where}.{key}: expected true or false, got {value!r}")
 
 
-def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+def _string_map(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
     raw = _map(meta, key, where)
     for k, v in raw.items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise ObjectError(f"{where}.{key}: {k!r} must map a string to a string")
-    return frozen_map(raw)
+    return raw
+
+
+def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+    """A read-only string-to-string map; its keys interned (label keys repeat across
+    objects), and the one shared empty map when empty (most objects)."""
+    raw = _string_map(meta, key, where)
+    return MappingProxyType({sys.intern(k): v for k, v in raw.items()}) if raw else EMPTY_LABELS
+
+
+def _annotations(meta: Mapping[str, Any], where: str) -> Mapping[str, str]:
+    """metadata.annotations, checked whole and kept only under KEPT_ANNOTATION_PREFIXES."""
+    raw = _string_map(meta, "annotations", where)
+    kept = {sys.intern(k): v for k, v in raw.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)}
+    return MappingProxyType(kept) if kept else EMPTY_LABELS
+
+
+def _interned(value: str | None) -> str | None:
+    """One string object for a value many objects share (a namespace, a node name, a
+    protocol), instead of one per object parsed from the API's JSON."""
+    return None if value is None else sys.intern(value)
 
 
 def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
@@ -125,7 +160,9 @@ def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
         raise ObjectError(f"{kind}: expected an object, got {type(obj).__name__}")
     meta = _map(obj, "metadata", kind)
     name = _required(meta, "name", f"{kind}.metadata")
-    namespace = _required(meta, "namespace", f"{kind} {name}.metadata") if namespaced else ""
+    namespace = (
+        sys.intern(_required(meta, "namespace", f"{kind} {name}.metadata")) if namespaced else ""
+    )
     where = f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}"
     return namespace, name, where
 
@@ -177,7 +214,7 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
         ports.append(
             ServicePort(
                 port=port,
-                protocol=_str(entry, "protocol", at) or "TCP",
+                protocol=sys.intern(_str(entry, "protocol", at) or "TCP"),
                 name=_str(entry, "name", at) or "",
             )
         )
@@ -194,18 +231,18 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     return Service(
         namespace=namespace,
         name=name,
-        type=_str(spec, "type", f"{where}.spec") or "ClusterIP",
+        type=sys.intern(_str(spec, "type", f"{where}.spec") or "ClusterIP"),
         uid=_str(meta, "uid", f"{where}.metadata") or "",
         load_balancer_class=_str(spec, "loadBalancerClass", f"{where}.spec"),
         external_traffic_policy=policy,
         ingress_ips=tuple(ingress),
         load_balancer_ip=_str(spec, "loadBalancerIP", f"{where}.spec") or None,
-        ip_families=tuple(families),
-        ip_family_policy=_str(spec, "ipFamilyPolicy", f"{where}.spec"),
+        ip_families=tuple(sys.intern(f) for f in families),
+        ip_family_policy=_interned(_str(spec, "ipFamilyPolicy", f"{where}.spec")),
         ports=tuple(ports),
         selector=None if selector is None else _labels(spec, "selector", f"{where}.spec"),
         labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_labels(meta, "annotations", f"{where}.metadata"),
+        annotations=_annotations(meta, f"{where}.metadata"),
         health_check_node_port=hcnp,
     )
 
@@ -218,7 +255,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
     """
     namespace, name, where = _meta(obj, "EndpointSlice", namespaced=True)
     meta = _map(obj, "metadata", where)
-    labels = _labels(meta, "labels", f"{where}.metadata")
+    labels = _string_map(meta, "labels", f"{where}.metadata")
     endpoints: list[Endpoint] = []
     for i, entry in enumerate(_list(obj, "endpoints", where)):
         at = f"{where}.endpoints[{i}]"
@@ -231,7 +268,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
         endpoints.append(
             Endpoint(
                 addresses=tuple(addresses),
-                node_name=_str(entry, "nodeName", at),
+                node_name=_interned(_str(entry, "nodeName", at)),
                 ready=_bool(cond, "ready", f"{at}.conditions"),
                 serving=_bool(cond, "serving", f"{at}.conditions"),
                 terminating=_bool(cond, "terminating", f"{at}.conditions"),
@@ -241,7 +278,7 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
         namespace=namespace,
         name=name,
         service_name=labels.get(SERVICE_NAME_LABEL),
-        address_type=_str(obj, "addressType", where) or "IPv4",
+        address_type=sys.intern(_str(obj, "addressType", where) or "IPv4"),
         endpoints=tuple(endpoints),
     )
 
@@ -271,7 +308,7 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     return Node(
         name=NodeName(name),
         labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_labels(meta, "annotations", f"{where}.metadata"),
+        annotations=_annotations(meta, f"{where}.metadata"),
         network_unavailable=unavailable,
         addresses=tuple(addresses),
     )
@@ -323,25 +360,27 @@ _CONVERTERS = {
 }
 
 
-def _load_documents(text: str) -> list[Any]:
-    """JSON with the json module when the text looks like JSON (about 100 times faster
-    than a YAML parser on a 10,000-Service dump, k8s-notes.md), else YAML with libyaml's
-    CSafeLoader when available. Several YAML documents (`---`) are allowed, so dumps of
-    several `kubectl get` runs can be concatenated."""
-    stripped = text.lstrip()
+def _parts(text: str) -> Iterator[Part]:
+    """The dump's documents, the items of each list streamed one at a time (see
+    bgpd.untrusted: the whole document tree is never built). JSON with the json module
+    when the text looks like JSON (about 100 times faster than a YAML parser on a
+    10,000-Service dump, k8s-notes.md), else YAML with libyaml's events when available.
+    Several YAML documents (`---`) are allowed, so dumps of several `kubectl get` runs can
+    be concatenated."""
     try:
         check_size(len(text), MAX_DUMP_BYTES)
     except InputRefused as exc:
         raise DumpError(f"refused: {exc}") from exc
-    if stripped.startswith(("{", "[")):
+    if text.lstrip().startswith(("{", "[")):
         try:
-            return [load_json(text)]
+            yield from json_parts(text)
         except json.JSONDecodeError as exc:
             raise DumpError(f"not valid JSON: {exc}") from exc
         except InputRefused as exc:
             raise DumpError(f"refused: {exc}") from exc
+        return
     try:
-        return [d for d in yaml.load_all(text, Loader=_DUMP_LOADER) if d is not None]
+        yield from yaml_parts(text, _YAML_LOADER)
     except yaml.YAMLError as exc:
         raise DumpError(f"not valid YAML: {' '.join(str(exc).split())}") from exc
     except InputRefused as exc:
@@ -351,42 +390,103 @@ def _load_documents(text: str) -> list[Any]:
         raise DumpError(f"not valid YAML: {exc}") from exc
 
 
-#: libyaml's loader when available, bounded (bgpd.untrusted) like the config loader's.
-_DUMP_LOADER = bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+#: libyaml's loader when available; yaml_parts applies the bounds (bgpd.untrusted).
+_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _items(documents: list[Any]) -> Iterable[tuple[str, str, Mapping[str, Any]]]:
-    """(place, kind, object) for every object in every document; a document is a List
-    (kubectl's `kind: List`, or a typed list such as ServiceList from the raw API, whose
-    items carry no kind) or a single object."""
-    for d, doc in enumerate(documents):
-        doc_where = f"document {d + 1}" if len(documents) > 1 else "dump"
-        if isinstance(doc, list):
-            objects: Sequence[Any] = doc
-            default_kind = ""
-        elif _is_map(doc):
-            kind = doc.get("kind")
-            if isinstance(kind, str) and kind.endswith("List"):
-                raw = doc.get("items")
-                if raw is None:
-                    raw = []
-                if not isinstance(raw, list):
-                    raise DumpError(f"{doc_where}: items must be a list")
-                objects = raw
-                default_kind = kind.removesuffix("List")
-            else:
-                yield doc_where, kind if isinstance(kind, str) else "", doc
+class _Refused(Exception):
+    """An object of a dump that cannot be read; `detail` follows its place in the message."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _read_object(kind: str, obj: object) -> tuple[str, Any] | None:
+    """(kind, what the dump gives for it): a model object, or for a Secret ((namespace,
+    name), password); None for kinds that change no decision. Raises _Refused."""
+    if not _is_map(obj):
+        raise _Refused(f": expected an object, got {type(obj).__name__}")
+    if not kind:
+        raise _Refused(": has no kind")
+    if kind == "Secret":
+        meta = obj.get("metadata")
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        if not isinstance(name, str) or not name:
+            raise _Refused(" (Secret): has no metadata.name")
+        namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
+        ns = namespace if isinstance(namespace, str) and namespace else "default"
+        return kind, ((ns, name), secret_password(obj))
+    convert = _CONVERTERS.get(kind)
+    if convert is None:
+        return None
+    try:
+        return kind, convert(obj)
+    except ObjectError as exc:
+        raise _Refused(f" ({kind}): {exc}") from exc
+    except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
+        # A value of a type no accessor expects (a float port, a date, a huge
+        # number): a dump error naming the object, never a traceback.
+        raise _Refused(f" ({kind}): cannot read: {type(exc).__name__}: {exc}") from exc
+
+
+def _kind_of(obj: object, default: str) -> str:
+    kind = obj.get("kind", default) if _is_map(obj) else default
+    return kind if isinstance(kind, str) else ""
+
+
+def _read(parts: Iterable[Part]) -> Iterator[tuple[str, Any]]:
+    """What _read_object gives for every object of every document, in order; a document
+    is a List (kubectl's `kind: List`, or a typed list such as ServiceList from the raw
+    API, whose items carry no kind) or a single object. An item is read as soon as it is
+    parsed (kubectl prints `kind: List` after the items); what it gave is handed on once
+    the document is known to be a List, and an error is raised then, naming its place."""
+    read: list[tuple[int, tuple[str, Any] | _Refused | None]] = []
+    kindless: list[Item] = []
+    number = 0
+    for part in parts:
+        if isinstance(part, Item):
+            if _is_map(part.value) and "kind" not in part.value:
+                kindless.append(part)  # its kind is the List's, said after the items
                 continue
+            kind = _kind_of(part.value, "")
+            read.append((part.index, _try_read(kind, part.value)))
+            continue
+        number += 1
+        doc_where = "dump" if number == 1 and part.last else f"document {number}"
+        doc = part.value
+        if _is_map(doc):
+            kind = _kind_of(doc, "")
+            if kind.endswith("List"):
+                items = doc.get("items")
+                if not part.streamed and items is not None:
+                    raise DumpError(f"{doc_where}: items must be a list")  # else streamed
+                default = kind.removesuffix("List")
+                read += [(p.index, _try_read(default, p.value)) for p in kindless]
+            else:
+                read = [(-1, _try_read(kind, doc))]
+        elif isinstance(doc, list):  # a top-level sequence, streamed: no List kind
+            read += [(p.index, _try_read("", p.value)) for p in kindless]
         else:
             raise DumpError(
                 f"{doc_where}: expected a kind: List or an object, got {type(doc).__name__}"
             )
-        for i, item in enumerate(objects):
-            where = f"{doc_where} item {i}"
-            if not _is_map(item):
-                raise DumpError(f"{where}: expected an object, got {type(item).__name__}")
-            kind = item.get("kind", default_kind)
-            yield where, kind if isinstance(kind, str) else "", item
+        read.sort(key=lambda entry: entry[0])
+        for index, outcome in read:
+            if isinstance(outcome, _Refused):
+                where = doc_where if index < 0 else f"{doc_where} item {index}"
+                raise DumpError(f"{where}{outcome.detail}") from outcome.__cause__
+            if outcome is not None:
+                yield outcome
+        read, kindless = [], []
+
+
+def _try_read(kind: str, obj: object) -> tuple[str, Any] | _Refused | None:
+    """_read_object, its refusal returned instead of raised."""
+    try:
+        return _read_object(kind, obj)
+    except _Refused as exc:
+        return exc
 
 
 def secret_password(secret: Mapping[str, Any]) -> str | None:
@@ -438,29 +538,12 @@ def parse_dump(text: str) -> ClusterDump:
         "Node": nodes,
         "Namespace": namespaces,
     }
-    for where, kind, obj in _items(_load_documents(text)):
-        if not kind:
-            raise DumpError(f"{where}: has no kind")
+    for kind, value in _read(_parts(text)):
         if kind == "Secret":
-            meta = obj.get("metadata")
-            name = meta.get("name") if isinstance(meta, Mapping) else None
-            if not isinstance(name, str) or not name:
-                raise DumpError(f"{where} (Secret): has no metadata.name")
-            namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-            ns = namespace if isinstance(namespace, str) and namespace else "default"
-            secrets[(ns, name)] = secret_password(obj)
-            continue
-        convert = _CONVERTERS.get(kind)
-        if convert is None:
-            continue
-        try:
-            sinks[kind].append(convert(obj))
-        except ObjectError as exc:
-            raise DumpError(f"{where} ({kind}): {exc}") from exc
-        except (ValueError, TypeError, OverflowError, AttributeError, KeyError) as exc:
-            # A value of a type no accessor expects (a float port, a date, a huge
-            # number): a dump error naming the object, never a traceback.
-            raise DumpError(f"{where} ({kind}): cannot read: {type(exc).__name__}: {exc}") from exc
+            key, password = value
+            secrets[key] = password
+        else:
+            sinks[kind].append(value)
     return ClusterDump(
         build_snapshot(services, slices, nodes, namespaces), MappingProxyType(secrets)
     )

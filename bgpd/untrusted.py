@@ -21,6 +21,9 @@ Pure: text in, values out or `InputRefused`; no I/O, no logging.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Final
 
 import yaml
@@ -49,11 +52,12 @@ def check_size(size: int, limit: int) -> None:
         raise InputRefused(f"is {size} bytes, more than the {limit}-byte limit")
 
 
-def check_node(node: yaml.Node) -> None:
+def check_node(node: yaml.Node, *, budget: int = MAX_ALIAS_EXPANSION) -> int:
     """Walk a composed YAML node graph once per distinct node (iteratively, so depth costs
     no recursion) and refuse it before construction if it nests deeper than MAX_DEPTH,
     holds a recursive alias, an integer longer than MAX_INTEGER_CHARS, or aliases that
-    would add more than MAX_ALIAS_EXPANSION values to what the document spells out."""
+    would add more than `budget` values to what the document spells out (the values they
+    add are returned: a streamed document's items share one budget)."""
     # size[id] = values the node stands for once expanded; computed children first.
     size: dict[int, int] = {}
     distinct = 0
@@ -87,10 +91,12 @@ def check_node(node: yaml.Node) -> None:
         open_.add(key)
         stack.append((current, depth, True))
         stack.extend((c, depth + 1, False) for c in _children(current))
-    if size[id(node)] - distinct > MAX_ALIAS_EXPANSION:
+    added = size[id(node)] - distinct
+    if added > budget:
         raise InputRefused(
             _at(node, f"aliases that expand it by more than {MAX_ALIAS_EXPANSION} values")
         )
+    return added
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
@@ -133,3 +139,199 @@ def load_json(text: str) -> object:
         return json.loads(text, parse_int=_json_int)
     except RecursionError:
         raise InputRefused("nested too deeply") from None
+
+
+# --------------------------------------------------------------------------- streaming
+#
+# A cluster dump is one document holding a list of every object (`kubectl get -o yaml`
+# prints `kind: List` with `items`). Loaded whole, the parser's tree of 20,000 objects
+# (for YAML a node with two marks per scalar) lives at once, hundreds of megabytes at
+# 10,000 Services, and CPython keeps most of that peak resident afterwards. The readers
+# below hand out the items of a document's top-level `items` sequence (or of a top-level
+# sequence) one at a time, each built, bounded and dropped before the next is parsed.
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One element of a document's top-level list, built alone."""
+
+    index: int
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentEnd:
+    """A document ended. `value`: the document without the items already handed out (a
+    mapping without its `items`, an empty list for a top-level sequence) or, when nothing
+    was streamed, the whole value; `last`: no document follows."""
+
+    value: object
+    streamed: bool
+    last: bool
+
+
+Part = Item | DocumentEnd
+
+_JSON = json.JSONDecoder(parse_int=_json_int)
+_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _skip(text: str, i: int) -> int:
+    """The index of the first character at or after `i` that is not JSON white space."""
+    match = _SPACE.match(text, i)
+    return i if match is None else match.end()
+
+
+def _json_at(text: str, i: int) -> tuple[object, int]:
+    try:
+        return _JSON.raw_decode(text, i)
+    except RecursionError:
+        raise InputRefused("nested too deeply") from None
+
+
+def _json_expect(text: str, i: int, char: str, what: str) -> int:
+    i = _skip(text, i)
+    if not text.startswith(char, i):
+        raise json.JSONDecodeError(f"Expecting {what}", text, i)
+    return _skip(text, i + 1)
+
+
+def _json_array(text: str, i: int, end: list[int]) -> Iterator[object]:
+    """The values of the array starting at text[i] ('['), one at a time; end[0] is set to
+    the index after its ']'."""
+    i = _json_expect(text, i, "[", "'['")
+    if text.startswith("]", i):
+        end[0] = i + 1
+        return
+    while True:
+        value, i = _json_at(text, i)
+        yield value
+        i = _skip(text, i)
+        if text.startswith("]", i):
+            end[0] = i + 1
+            return
+        i = _json_expect(text, i, ",", "',' delimiter")
+
+
+def json_parts(text: str) -> Iterator[Part]:
+    """The one JSON document of `text`, its top-level `items` (or the top-level array)
+    streamed; bounds as load_json. Raises json.JSONDecodeError or InputRefused."""
+    i = _skip(text, 0)
+    end = [0]
+    if text.startswith("[", i):
+        for index, element in enumerate(_json_array(text, i, end)):
+            yield Item(index, element)
+        value: object = []
+        streamed = True
+    elif text.startswith("{", i):
+        members: dict[str, object] = {}
+        streamed = False
+        i = _json_expect(text, i, "{", "'{'")
+        while not text.startswith("}", i):
+            if members or streamed:
+                i = _json_expect(text, i, ",", "',' delimiter")
+            if not text.startswith('"', i):
+                raise json.JSONDecodeError("Expecting property name in double quotes", text, i)
+            key, i = _json_at(text, i)
+            i = _json_expect(text, i, ":", "':' delimiter")
+            if key == "items" and text.startswith("[", i):
+                members.pop("items", None)
+                for index, item in enumerate(_json_array(text, i, end)):
+                    yield Item(index, item)
+                streamed, i = True, end[0]
+            else:
+                members[str(key)], i = _json_at(text, i)
+            i = _skip(text, i)
+        end[0] = i + 1
+        value = members
+    else:
+        value, end[0] = _json_at(text, i)
+        streamed = False
+    if _skip(text, end[0]) != len(text):
+        raise json.JSONDecodeError("Extra data", text, end[0])
+    yield DocumentEnd(value, streamed, True)
+
+
+def _composer_methods() -> dict[str, Any]:
+    """PyYAML's Python composer, to compose one item at a time on top of a loader whose
+    events may come from libyaml (CParser composes whole documents only)."""
+    names = ("compose_node", "compose_scalar_node", "compose_sequence_node")
+    return {n: getattr(yaml.composer.Composer, n) for n in (*names, "compose_mapping_node")}
+
+
+def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
+    """Every YAML document of `text` (null documents skipped), the top-level `items` of a
+    mapping (or a top-level sequence) streamed item by item; each item's node graph is
+    checked with check_node, with one alias budget for the whole text, and its aliases
+    may name its own anchors only. Raises yaml.YAMLError or InputRefused."""
+    loader_class = type(f"Streaming{base.__name__}", (base,), _composer_methods())
+    loader: Any = loader_class(text)
+    budget = [MAX_ALIAS_EXPANSION]
+
+    def item() -> yaml.Node:
+        # An alias may name an anchor of its own item only: one to an earlier item would
+        # build a copy of that item per alias, outside check_node's count (which walks one
+        # item's graph). kubectl writes no anchors at all.
+        loader.anchors = {}
+        node: yaml.Node = loader.compose_node(None, None)
+        return node
+
+    def build(node: yaml.Node) -> object:
+        budget[0] -= check_node(node, budget=budget[0])
+        return yaml.constructor.SafeConstructor.construct_document(loader, node)
+
+    try:
+        loader.get_event()  # StreamStart
+        pending: DocumentEnd | None = None
+        while not loader.check_event(yaml.StreamEndEvent):
+            loader.get_event()  # DocumentStart
+            loader.anchors = {}  # anchors are per document (YAML 1.1, 9.1)
+            if loader.check_event(yaml.MappingStartEvent):
+                loader.get_event()
+                members: dict[object, object] = {}
+                streamed = False
+                while not loader.check_event(yaml.MappingEndEvent):
+                    key = build(loader.compose_node(None, None))
+                    if key == "items" and loader.check_event(yaml.SequenceStartEvent):
+                        if pending is not None:
+                            yield pending
+                            pending = None
+                        loader.get_event()
+                        index = 0
+                        while not loader.check_event(yaml.SequenceEndEvent):
+                            yield Item(index, build(item()))
+                            index += 1
+                        loader.get_event()
+                        members.pop("items", None)
+                        streamed = True
+                    else:
+                        members[key] = build(loader.compose_node(None, None))
+                loader.get_event()
+                value: object = members
+            elif loader.check_event(yaml.SequenceStartEvent):
+                if pending is not None:
+                    yield pending
+                    pending = None
+                loader.get_event()
+                index = 0
+                while not loader.check_event(yaml.SequenceEndEvent):
+                    yield Item(index, build(item()))
+                    index += 1
+                loader.get_event()
+                value, streamed = [], True
+            else:
+                value, streamed = build(loader.compose_node(None, None)), False
+            loader.get_event()  # DocumentEnd
+            if value is None and not streamed:
+                continue
+            if pending is not None:
+                yield pending
+            pending = DocumentEnd(value, streamed, False)
+        if pending is not None:
+            yield DocumentEnd(pending.value, pending.streamed, True)
+    except RecursionError:
+        # The Python composer recurses per level; check_node would refuse the depth too,
+        # but only once the item is composed.
+        raise InputRefused(f"nested deeper than {MAX_DEPTH} levels") from None
+    finally:
+        loader.dispose()

@@ -27,6 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from bgpd.exabgp import helper
 from bgpd.exabgp.driver import ExaBGPDriver
 from bgpd.exabgp.errors import CrashLoopError
 from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, UNMODIFIED_MARK, queued_steps
@@ -58,8 +59,11 @@ def work_dir_problem(work_dir: Path) -> str | None:
 
 
 def helper_argv() -> list[str]:
-    """How ExaBGP starts the helper: this interpreter, so the venv's kube-bgpd is found."""
-    return [sys.executable, "-m", "bgpd.exabgp.helper"]
+    """How ExaBGP starts the helper: this interpreter running the helper's file as a
+    script, isolated (-I: no PYTHON* variables, no user site) and without site-packages
+    (-S): it needs the standard library only, and each .pth file or site-packages import
+    would cost every node memory (bgpd/exabgp/helper.py)."""
+    return [sys.executable, "-I", "-S", str(Path(helper.__file__).resolve())]
 
 
 def launched(argv: Sequence[str]) -> bool:

@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from bgpd.exabgp.helper import GENERATION_ENV, SOCKET_ENV
+from bgpd.exabgp.runtime import helper_argv
 
 pytestmark = [pytest.mark.component]
 
@@ -25,7 +25,7 @@ def helper(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     path = tmp_path / "api.sock"
     env = dict(os.environ, **{SOCKET_ENV: str(path), GENERATION_ENV: "7"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bgpd.exabgp.helper"],
+        helper_argv(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         env=env,
@@ -111,7 +111,7 @@ def test_drains_while_away_then_delivers_with_hello(
 def test_no_socket_variable_still_drains(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != SOCKET_ENV}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bgpd.exabgp.helper"],
+        helper_argv(),
         stdin=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
