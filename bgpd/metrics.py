@@ -747,9 +747,10 @@ _Encoder = Callable[[_Collected], bytes]
 
 class _ExpositionCache:
     """The encoded text of each per-route family (`_LateGauge`), kept while its inputs
-    are the same objects. Scraped back to back, a speaker with 10,000s of routes then
-    encodes only its few small families per scrape instead of every route again: the
-    encoding thread holds the GIL far less, so route changes on the event loop wait less.
+    are the same objects. A scrape of a speaker whose routes did not change since the
+    last one then encodes only its few small families, not 10,000s of routes again (the
+    encoding thread holds the GIL while the event loop may have a change to send). A
+    change between scrapes still costs one full encoding (docs/benchmarks.md).
 
     Keyed by family name and content type (which names the encoder: `choose_encoder`
     returns a new partial per request for OpenMetrics); the entry holds the inputs
