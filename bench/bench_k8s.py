@@ -70,7 +70,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.processes import Child, FedExaBGP, ProcessGroup, speaker_argv
@@ -90,6 +90,7 @@ API_HOST = "172.31.250.2"  # a secondary router address on br0, as kbgpd_lab/lab
 API_PORT = 6443
 STATUS = "127.0.0.1:7473"  # the speaker's status/metrics listener, inside node1's netns
 LATENCY_IP = "10.99.200.1"
+_T = TypeVar("_T")
 PROBE_IP = "10.99.201.1"
 
 
@@ -176,9 +177,16 @@ def speaker_config(topo: Topology) -> str:
 
 
 class Speaker:
-    """``kube-bgpd speaker --kubeconfig`` in node1's namespace."""
+    """``kube-bgpd speaker`` in node1's namespace, reading the simulator (``kubeconfig``)
+    or a cluster dump (``cluster_file``)."""
 
-    def __init__(self, topo: Topology, work: Path, kubeconfig: Path) -> None:
+    def __init__(
+        self,
+        topo: Topology,
+        work: Path,
+        kubeconfig: Path | None,
+        cluster_file: Path | None = None,
+    ) -> None:
         self.topo = topo
         work.mkdir(parents=True, exist_ok=True)
         (work / "config.yaml").write_text(speaker_config(topo))
@@ -187,6 +195,7 @@ class Speaker:
             config=work / "config.yaml",
             node="node1",
             kubeconfig=kubeconfig,
+            cluster_file=cluster_file,
             work_dir=work / "work",
             metrics_address=STATUS,
         )
@@ -403,6 +412,20 @@ def latency_while_scraping(
     what: str,
     writer: HttpWriter | None,
 ) -> None:
+    v, scrapes = while_scraping(
+        speaker,
+        lambda: timed(
+            f"speaker latency while scraping, {what}",
+            lambda: latency_speaker(sim, bird, changes, writer),
+        ),
+    )
+    summary(f"speaker EndpointSlice write -> BIRD ({what}, /metrics scraped back to back)", v)
+    print(f"  {scrapes} scrapes of /metrics meanwhile", flush=True)
+
+
+def while_scraping(speaker: Speaker, fn: Callable[[], _T]) -> tuple[_T, int]:
+    """``fn()`` while another thread GETs the speaker's ``/metrics`` back to back; its
+    result and the number of scrapes meanwhile."""
     stop = threading.Event()
     scrapes = [0]
 
@@ -414,15 +437,10 @@ def latency_while_scraping(
     thread = threading.Thread(target=scrape, name="scraper", daemon=True)
     thread.start()
     try:
-        v = timed(
-            f"speaker latency while scraping, {what}",
-            lambda: latency_speaker(sim, bird, changes, writer),
-        )
+        return fn(), scrapes[0]
     finally:
         stop.set()
         thread.join()
-    summary(f"speaker EndpointSlice write -> BIRD ({what}, /metrics scraped back to back)", v)
-    print(f"  {scrapes[0]} scrapes of /metrics meanwhile", flush=True)
 
 
 async def write_load_http(url: str, rate: int, seconds: float, services: int) -> None:

@@ -346,6 +346,10 @@ class _State:
     hints: dict[tuple[PoolName, int], int] = field(default_factory=dict)
     #: sharing key -> the IPs that Services with that key hold.
     shared: dict[str, set[IPAddress]] = field(default_factory=dict)
+    #: (pool, family) with no free address left (same reason as `hints`: it stays so for
+    #: the run). Without it every Service walked each full pool's ranges again: with
+    #: Services filling pools in order, a pass grew with Services x full pools.
+    full: set[tuple[PoolName, int]] = field(default_factory=set)
 
     def conflict(self, req: _Request, ip: IPAddress) -> tuple[FailureReason, str] | None:
         """None when `req` may use `ip` next to its current users (MetalLB checkSharing)."""
@@ -391,7 +395,8 @@ class _State:
         """The lowest address of `family` in `pool` that `req` may use: the first free one,
         or a lower one already shared under req's key."""
         best: IPAddress | None = None
-        for index, r in enumerate(pool.addresses):
+        full = (pool.name, family) in self.full
+        for index, r in enumerate(() if full else pool.addresses):
             if r.version != family:
                 continue
             hint_key = (pool.name, index)
@@ -410,6 +415,8 @@ class _State:
             if first + offset <= last:
                 best = make(first + offset)
                 break
+        if best is None:
+            self.full.add((pool.name, family))
         if req.sharing:
             for ip in sorted(self.shared.get(req.sharing, ()), key=int):
                 if best is not None and int(ip) >= int(best):

@@ -302,10 +302,16 @@ class _LateGauge(GaugeMetricFamily):
 
     def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
         self._fill: Callable[[GaugeMetricFamily], None] | None = None
+        #: The objects the samples are built from: /metrics keeps the family's encoded
+        #: text while the same objects come back (see _ExpositionCache). Empty: no samples.
+        self.inputs: tuple[object, ...] = ()
         super().__init__(name, documentation, labels=labels)
 
-    def defer(self, fill: Callable[[GaugeMetricFamily], None]) -> None:
+    def defer(self, fill: Callable[[GaugeMetricFamily], None], *inputs: object) -> None:
+        """Build the samples with ``fill`` when read; they depend on ``inputs`` alone,
+        immutable objects (a Decision, a snapshot, the driver's advertised copy)."""
         self._fill = fill
+        self.inputs = inputs
 
     @property
     def samples(self) -> list[Sample]:
@@ -427,8 +433,8 @@ class SpeakerCollector(Collector):
             snapshot = view.last_snapshot()
             assert isinstance(announced, _LateGauge)
             assert isinstance(serving, _LateGauge)
-            announced.defer(lambda family: _announced_samples(family, decision, on_wire))
-            serving.defer(lambda family: _serving_samples(family, decision, snapshot))
+            announced.defer(lambda f: _announced_samples(f, decision, on_wire), decision, on_wire)
+            serving.defer(lambda f: _serving_samples(f, decision, snapshot), decision, snapshot)
             for reason, count in sorted(skipped_counts(decision).items()):
                 skipped.add_metric([reason.value], count)
 
@@ -772,17 +778,60 @@ class _Collected:
         return iter(self._families)
 
 
+_Encoder = Callable[[_Collected], bytes]
+
+
+class _ExpositionCache:
+    """The encoded text of each per-route family (`_LateGauge`), kept while its inputs
+    are the same objects. A scrape of a speaker whose routes did not change since the
+    last one then encodes only its few small families, not 10,000s of routes again (the
+    encoding thread holds the GIL while the event loop may have a change to send). A
+    change between scrapes still costs one full encoding (docs/benchmarks.md).
+
+    Keyed by family name and content type (which names the encoder: `choose_encoder`
+    returns a new partial per request for OpenMetrics); the entry holds the inputs
+    themselves, compared by identity (never by value: that would walk them), so an id
+    cannot be reused while kept. The text of a family is what the encoder gives for that
+    family alone; both encoders write families one after another, so the pieces join to
+    the same body."""
+
+    def __init__(self) -> None:
+        self._kept: dict[tuple[str, str], tuple[tuple[object, ...], bytes]] = {}
+
+    def encode(self, encoder: _Encoder, content_type: str, families: list[Metric]) -> bytes:
+        trailer = encoder(_Collected([]))  # OpenMetrics' "# EOF", nothing for Prometheus
+        parts: list[bytes] = []
+        for family in families:
+            inputs = family.inputs if isinstance(family, _LateGauge) else ()
+            if not inputs:
+                parts.append(encoder(_Collected([family]))[: -len(trailer) or None])
+                continue
+            kept = self._kept.get((family.name, content_type))
+            if kept is None or not _same(kept[0], inputs):
+                text = encoder(_Collected([family]))[: -len(trailer) or None]
+                kept = self._kept[(family.name, content_type)] = (inputs, text)
+            parts.append(kept[1])
+        parts.append(trailer)
+        return b"".join(parts)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
 def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
     """``GET /metrics`` for the speaker's (or controller's) aiohttp listener, in the
     format the scraper asks for (OpenMetrics or Prometheus text)."""
+    cache = _ExpositionCache()
 
     async def handler(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         # Reading the state must happen on the event loop that owns it; turning the
         # families into text (the larger part for 10,000s of routes) happens in a thread,
-        # so a scrape stalls the driver's loop as little as possible.
-        families = _Collected(list(registry.collect()))
-        body = await asyncio.to_thread(encoder, families)
+        # so a scrape stalls the driver's loop as little as possible, and per-route text
+        # is reused while its state is unchanged (_ExpositionCache).
+        families = list(registry.collect())
+        body = await asyncio.to_thread(cache.encode, encoder, content_type, families)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     return [web.get("/metrics", handler)]

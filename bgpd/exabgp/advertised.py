@@ -43,8 +43,12 @@ class AdvertisedRoutes:
         self._accepted: dict[PeerName, dict[str, tuple[IPNetwork, RouteAttributes]]] = {}
         #: Per peer, the accepted routes whose prefix is on the wire.
         self._advertised: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        #: routes()' copy until anything changes: every /metrics scrape gets the same
+        #: object, so the exposition cache (bgpd.metrics) can key on it.
+        self._copy: DesiredRoutes | None = None
 
     def accept(self, peer: PeerName, prefix: IPNetwork, attrs: RouteAttributes | None) -> None:
+        self._copy = None
         text = prefix_text(prefix)
         if attrs is None:
             self._accepted.get(peer, {}).pop(text, None)
@@ -57,6 +61,7 @@ class AdvertisedRoutes:
             self._advertised.setdefault(peer, {})[prefix] = attrs
 
     def sent(self, peer: PeerName, announced: Iterable[str], withdrawn: Iterable[str]) -> None:
+        self._copy = None
         wire = self._wire.setdefault(peer, set())
         accepted = self._accepted.get(peer, {})
         advertised = self._advertised.setdefault(peer, {})
@@ -72,10 +77,12 @@ class AdvertisedRoutes:
                 advertised[route[0]] = route[1]
 
     def down(self, peer: PeerName) -> None:
+        self._copy = None
         self._wire.pop(peer, None)
         self._advertised.pop(peer, None)
 
     def forget(self, peer: PeerName) -> None:
+        self._copy = None
         self._accepted.pop(peer, None)
         self._advertised.pop(peer, None)
 
@@ -90,5 +97,8 @@ class AdvertisedRoutes:
         return len(self._advertised.get(peer, ()))
 
     def routes(self) -> DesiredRoutes:
-        """A copy, per peer with any."""
-        return {p: dict(r) for p, r in self._advertised.items() if r}
+        """A copy, per peer with any; the same object until something changes (callers
+        must not modify it)."""
+        if self._copy is None:
+            self._copy = {p: dict(r) for p, r in self._advertised.items() if r}
+        return self._copy

@@ -2,7 +2,8 @@
 without a router namespace (the speaker's status objects against the API simulator).
 
 It accepts one session at a time, answers the speaker's OPEN with its own (version 4,
-its ASN, hold time 90 s, no capabilities: IPv4 unicast by default, RFC 4271), sends
+its ASN, hold time 90 s, the multiprotocol capability for IPv4 unicast as routers send
+it: without it ExaBGP 5.0 sends this peer no UPDATE at all, measured), sends
 KEEPALIVEs and counts the UPDATEs it receives. With `md5` it sets the TCP MD5 signature
 option (RFC 2385) for the speaker's address on its listening socket, as a router with
 a password does. `close()` (or leaving the context) drops the session and stops
@@ -114,7 +115,10 @@ class PassivePeer:
         if kind != _OPEN:
             return
         as2 = self.asn if self.asn < 65536 else 23456
-        body = struct.pack("!BHH4sB", 4, as2, 90, socket.inet_aton(self.router_id), 0)
+        # Optional parameter 2 (capabilities): multiprotocol (1), AFI 1 / SAFI 1 (RFC 4760).
+        params = struct.pack("!BBBBHBB", 2, 6, 1, 4, 1, 0, 1)
+        body = struct.pack("!BHH4sB", 4, as2, 90, socket.inet_aton(self.router_id), len(params))
+        body += params
         conn.sendall(_message(_OPEN, body) + _message(_KEEPALIVE))
         with self._lock:
             self._session = conn

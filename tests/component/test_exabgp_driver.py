@@ -180,7 +180,8 @@ def exabgp_children(rt: ExaBGPRuntime) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         children = (task / "children").read_text().split()
         out += [int(c) for c in children]
-    return [c for c in out if b"bgpd.exabgp.helper" in Path(f"/proc/{c}/cmdline").read_bytes()]
+    # runtime.helper_argv(): the helper runs as a script (python -I -S .../helper.py).
+    return [c for c in out if b"bgpd/exabgp/helper.py" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
 async def test_bird_ipv4_and_ipv6_sessions_and_node_selectors(

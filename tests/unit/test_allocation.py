@@ -325,6 +325,29 @@ CASES = [
         id="same-key-disjoint-ports-share",
     ),
     pytest.param(
+        # P (four addresses) fills up, and stays full for the rest of the run; a Service
+        # with the key of an address in it still shares that address, before pool q.
+        [P, pool("q", "203.0.113.0/30")],
+        [
+            svc("ns/a", annotations=shared("k"), ports=[80]),
+            svc("ns/b"),
+            svc("ns/c"),
+            svc("ns/d"),
+            svc("ns/e"),
+            svc("ns/f", annotations=shared("k"), ports=[443]),
+        ],
+        {},
+        {
+            "ns/a": ("p", "198.51.100.0"),
+            "ns/b": ("p", "198.51.100.1"),
+            "ns/c": ("p", "198.51.100.2"),
+            "ns/d": ("p", "198.51.100.3"),
+            "ns/e": ("q", "203.0.113.0"),
+            "ns/f": ("p", "198.51.100.0"),
+        },
+        id="full-pool-still-shares-under-the-key",
+    ),
+    pytest.param(
         [P],
         [
             svc("ns/a", annotations=shared("k"), ports=[53]),

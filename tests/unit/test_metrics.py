@@ -12,7 +12,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
+import bgpd.metrics as metrics_module
 from bgpd.metrics import (
     ControllerMetrics,
     ConvergencePhase,
@@ -408,6 +410,71 @@ async def test_metrics_route_serves_the_registry(
         assert resp.status == 200
         assert resp.headers["Content-Type"].startswith(content_type)
         assert needle in await resp.read()
+
+
+@pytest.mark.parametrize(
+    "accept", ["", "application/openmetrics-text; version=1.0.0"], ids=["text", "openmetrics"]
+)
+async def test_metrics_route_serves_what_the_encoder_gives_and_reuses_route_text(
+    accept: str,
+) -> None:
+    """/metrics keeps the per-route families' text while their state is the same objects:
+    the body stays what the encoder gives for the whole registry, scrape after scrape and
+    after the state changes, and an unchanged decision is not turned into samples again."""
+    decision = Decision(
+        node=NODE,
+        routes=(_route(R1, P_WEB, WEB), _route(R2, P_WEB, WEB), _route(R1, P_DNS, DNS)),
+    )
+    acked = {R1: {P_WEB: ATTRS, P_DNS: ATTRS}}
+    view = LiveView(
+        StaticSpeakerView(
+            decision=decision, accepted_routes=acked, advertised_routes=acked, running=True
+        )
+    )
+    reg, m = _registry(view)
+    encoder, _ = choose_encoder(accept)
+    app = web.Application()
+    app.add_routes(metrics_routes(reg))
+    headers = {"Accept": accept} if accept else {}
+    async with TestClient(TestServer(app)) as client:
+
+        async def scrape() -> bytes:
+            resp = await client.get("/metrics", headers=headers)
+            assert resp.status == 200
+            return await resp.read()
+
+        first = await scrape()
+        assert first == encoder(reg)
+        assert b"10.99.100.2/32" in first
+
+        built = []
+        real = metrics_module._announced_samples
+
+        def counting(*args: object) -> None:
+            built.append(1)
+            real(*args)  # type: ignore[arg-type]
+
+        metrics_module._announced_samples = counting  # type: ignore[assignment]
+        try:
+            m.observe_reconcile(0.01)  # a small family changes between scrapes
+            again = await scrape()
+            assert built == []  # the route text was reused, not rebuilt
+            assert again == encoder(reg)
+            assert again != first  # the histogram's new sample is in it
+
+            # New state objects: new text, equal to the encoder's.
+            view.state = StaticSpeakerView(
+                decision=Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)),
+                accepted_routes={R1: {P_WEB: ATTRS}},
+                advertised_routes={R1: {P_WEB: ATTRS}},
+                running=True,
+            )
+            changed = await scrape()
+            assert changed == encoder(reg)
+            assert b"10.99.100.2/32" not in changed
+            assert built
+        finally:
+            metrics_module._announced_samples = real
 
 
 async def test_controller_listener_serves_metrics_and_health() -> None:

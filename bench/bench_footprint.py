@@ -1,0 +1,320 @@
+"""The speaker's footprint on a node, in one table (not a test).
+
+Run as root from the repository root:
+
+    .venv/bin/python bench/bench_footprint.py [--sizes 0,1000,10000,30000]
+        [--sources api,json,yaml] [--bare/--no-bare] [--scrape-at 10000]
+        [--changes 50]
+
+It builds the one-node lab of bench/bench_k8s.py (BIRD 2 in the router namespace, the API
+simulator on a thread inside it, node1's namespace for the speaker) and, for each size in
+``--sizes`` (Local LoadBalancer Services, each with an allocated ingress IP and a ready
+endpoint on node1, so each is one /32 at BIRD) and each source in ``--sources``:
+
+* starts ``kube-bgpd speaker`` reading the simulator (``api``: ``--kubeconfig``) or a dump
+  of the same objects (``json``: ``kubectl get -o json``'s List; ``yaml``: the same as
+  YAML), and times from its start to the first and to the last route at BIRD (BIRD's
+  control socket, ``show route where source = RTS_BGP count`` every 20 ms);
+* once all routes are there and 3 s later, reads the RSS of the daemon, its ExaBGP and
+  ExaBGP's children (the helper) from /proc.
+
+With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial API process
+(at most 200 unacknowledged commands), gets the same measurements beside it. At the
+``--scrape-at`` size, from the API, one change's latency (an HTTP merge PATCH of one
+Service's EndpointSlice to the route appearing at/leaving BIRD) over ``--changes``
+changes, first unscraped, then while another thread GETs ``/metrics`` back to back.
+
+It prints each row as it is measured, then the whole table (Markdown) with the machine's
+load average at the start and the end. Everything it creates is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_k8s import (
+    LATENCY_IP,
+    BirdCtl,
+    HttpWriter,
+    Speaker,
+    lab,
+    latency_speaker,
+    seed,
+    while_scraping,
+)
+
+from kbgpd_lab.kit.measure import address, children_rss_kb, prefixes, rss_kb
+from kbgpd_lab.kit.scale import local_service, node1_slice
+from kbgpd_lab.lab.apicluster import NetnsApiSimulator, node_object
+from kbgpd_lab.lab.lab import fed_exabgp
+from kbgpd_lab.lab.routers import BirdRouter
+from kbgpd_lab.lab.topology import Topology
+
+
+@dataclass
+class Row:
+    what: str
+    services: int
+    start_to_all: float
+    first_to_last: float
+    daemon_kb: int
+    exabgp_kb: int
+    helper_kb: int
+
+    def cells(self) -> list[str]:
+        total = self.daemon_kb + self.exabgp_kb + self.helper_kb
+        daemon = "-" if self.what == "bare ExaBGP" else f"{self.daemon_kb / 1024:.1f}"
+        return [
+            self.what,
+            f"{self.services:,}",
+            f"{total / 1024:.1f}",
+            daemon,
+            f"{self.exabgp_kb / 1024:.1f}",
+            f"{self.helper_kb / 1024:.1f}",
+            f"{self.start_to_all:.2f}",
+            f"{self.first_to_last:.2f}",
+        ]
+
+
+HEADER = [
+    "source",
+    "Services",
+    "RSS total MiB",
+    "daemon",
+    "ExaBGP",
+    "helper / API process",
+    "start to all routes at BIRD, s",
+    "first to last route, s",
+]
+
+
+def services(lo: int, hi: int) -> list[dict[str, Any]]:
+    """Services number lo..hi-1 and their (ready) EndpointSlices."""
+    out: list[dict[str, Any]] = []
+    for i in range(lo, hi):
+        out += [local_service(f"s{i}", address(i)), node1_slice(f"s{i}", True)]
+    return out
+
+
+def write_dumps(objects: list[dict[str, Any]], work: Path) -> dict[str, Path]:
+    """The objects as ``kubectl get -o json`` and ``-o yaml`` print them (a List)."""
+    doc = {"apiVersion": "v1", "kind": "List", "items": objects, "metadata": {}}
+    json_path, yaml_path = work / "cluster.json", work / "cluster.yaml"
+    json_path.write_text(json.dumps(doc, indent=4))
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    with yaml_path.open("w") as f:
+        yaml.dump(doc, f, Dumper=dumper, default_flow_style=False)
+    return {"json": json_path, "yaml": yaml_path}
+
+
+def first_and_all(bird: BirdCtl, n: int, within: float) -> tuple[float, float]:
+    """Monotonic times the first and the n-th route were seen at BIRD (20 ms polls)."""
+    first = bird.wait_count(1, within=within)
+    return first, bird.wait_count(n, within=within)
+
+
+def wait_empty(bird: BirdCtl) -> None:
+    deadline = time.monotonic() + 120
+    while bird.count() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def measure_speaker(
+    topo: Topology,
+    bird: BirdCtl,
+    work: Path,
+    n: int,
+    *,
+    kubeconfig: Path | None = None,
+    cluster_file: Path | None = None,
+) -> tuple[Row, Speaker]:
+    """A speaker started and measured; the caller stops it."""
+    speaker = Speaker(topo, work, kubeconfig, cluster_file)
+    what = "API" if kubeconfig is not None else f"{cluster_file.suffix[1:].upper()} dump"  # type: ignore[union-attr]
+    try:
+        if n:
+            first, last = first_and_all(bird, n, within=300)
+        else:
+            # Nothing to announce: "started" is the /status listener answering.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    speaker.get("/healthz")
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.02)
+            first = last = time.monotonic()
+        time.sleep(3)
+        daemon, exa, helper = speaker.rss()
+    except BaseException:
+        speaker.stop()
+        raise
+    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper)
+    return row, speaker
+
+
+def measure_bare(topo: Topology, bird: BirdCtl, work: Path, n: int) -> Row:
+    started = time.monotonic()
+    bare = fed_exabgp(topo, work)
+    try:
+        # Fed once its API process is connected (fed_exabgp returns then); the session
+        # comes up on its own and ExaBGP sends what it holds.
+        if n:
+            bare.feed.send_windowed([f"announce route {p} next-hop self" for p in prefixes(n)], 200)
+            first, last = first_and_all(bird, n, within=300)
+        else:
+            first = last = time.monotonic()
+        time.sleep(3)
+        row = Row(
+            "bare ExaBGP",
+            n,
+            last - started,
+            last - first,
+            0,
+            rss_kb(bare.pid),
+            children_rss_kb(bare.pid),
+        )
+    finally:
+        bare.close()
+    wait_empty(bird)
+    return row
+
+
+def scrape_latency(
+    sim: NetnsApiSimulator, speaker: Speaker, bird: BirdCtl, writer: HttpWriter, changes: int
+) -> tuple[float, float, int]:
+    """One change's p50 (ms) unscraped, then with /metrics GET back to back; scrapes."""
+    quiet = latency_speaker(sim, bird, changes, writer)
+    loud, scrapes = while_scraping(speaker, lambda: latency_speaker(sim, bird, changes, writer))
+    return statistics.median(quiet) * 1000, statistics.median(loud) * 1000, scrapes
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, work: Path) -> None:
+    load_before = os.getloadavg()
+    rows: list[Row] = []
+    scraped: list[str] = []
+    with lab(work) as (topo, router, sim):
+        assert isinstance(router, BirdRouter)
+        kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
+        bird = BirdCtl(router)
+        writer = HttpWriter(topo.router.name)
+        node = node_object("node1", [str(topo.node_address(1))])
+        seed(sim, [node, local_service("lat", LATENCY_IP), node1_slice("lat", False)])
+        have = 0
+        try:
+            for n in args.sizes:
+                if args.bare:
+                    rows.append(measure_bare(topo, bird, work / f"bare-{n}", n))
+                    print(table(rows[-1:]).splitlines()[-1], flush=True)
+                objects = services(have, n)
+                if "api" in args.sources:
+                    seed(sim, objects)
+                    have = n
+                dumps = {}
+                if {"json", "yaml"} & set(args.sources):
+                    dumps = write_dumps([node, *services(0, n)], work)
+                for source in args.sources:
+                    if source == "api":
+                        row, speaker = measure_speaker(
+                            topo, bird, work / f"api-{n}", n, kubeconfig=kubeconfig
+                        )
+                    else:
+                        row, speaker = measure_speaker(
+                            topo, bird, work / f"{source}-{n}", n, cluster_file=dumps[source]
+                        )
+                    try:
+                        rows.append(row)
+                        print(table(rows[-1:]).splitlines()[-1], flush=True)
+                        if source == "api" and n == args.scrape_at:
+                            quiet, loud, count = scrape_latency(
+                                sim, speaker, bird, writer, args.changes
+                            )
+                            scraped.append(
+                                f"one change at {n + 1:,} Services (HTTP PATCH -> BIRD, "
+                                f"{args.changes} changes): p50 {quiet:.2f} ms unscraped, "
+                                f"{loud:.2f} ms with /metrics scraped back to back "
+                                f"({count} scrapes)"
+                            )
+                            print(scraped[-1], flush=True)
+                    finally:
+                        speaker.stop()
+                    wait_empty(bird)
+        finally:
+            writer.close()
+            bird.close()
+    load_after = os.getloadavg()
+    print()
+    print(table(rows))
+    for line in scraped:
+        print(f"\n{line}")
+    print(
+        "\nload average (1, 5, 15 min): "
+        f"start {' '.join(f'{x:.2f}' for x in load_before)}, "
+        f"end {' '.join(f'{x:.2f}' for x in load_after)}; {os.cpu_count()} CPUs",
+        flush=True,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: sorted(int(x) for x in s.split(",")),
+        default=[0, 1_000, 10_000, 30_000],
+        help="Service counts, comma-separated (default 0,1000,10000,30000)",
+    )
+    ap.add_argument(
+        "--sources",
+        type=lambda s: s.split(","),
+        default=["api", "json", "yaml"],
+        help="where the speaker reads the cluster: api, json, yaml (comma-separated)",
+    )
+    ap.add_argument("--bare", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument(
+        "--scrape-at",
+        type=int,
+        default=10_000,
+        help="size at which to time one change unscraped and scraped (-1: never)",
+    )
+    ap.add_argument("--changes", type=int, default=50, help="changes per latency figure")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    args = ap.parse_args()
+    bad = set(args.sources) - {"api", "json", "yaml"}
+    if bad:
+        ap.error(f"--sources: unknown {', '.join(sorted(bad))} (api, json, yaml)")
+    # The simulator thread and the poller share this interpreter: switch often.
+    sys.setswitchinterval(0.0005)
+    # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.
+    work = Path(tempfile.mkdtemp(prefix="bench-footprint-", dir="/var/tmp"))
+    try:
+        run(args, work)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
