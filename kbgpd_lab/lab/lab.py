@@ -29,7 +29,8 @@ Public interface: ``LabService``, ``Lab.up(...)``, ``Lab.attach(state_dir)``,
 ``lab.set_services(...)``, ``wait_service(svc)``, ``expected_nexthops(svc, family)``,
 ``start_speaker(i)``, ``stop_speaker(i, sig)``, ``wait_speaker_refreshed(i)``,
 ``set_on_sigterm(action)``, ``config_documents()`` + ``apply_config(docs)``,
-``edit_config(edit)``, ``kubectl(*args)``, ``speaker_pid(i)``, ``speaker_status(i)``, ``drain(i)``,
+``edit_config(edit)``, ``kubectl(*args)``, ``kubectl_bgpd(*args)``, ``speaker_pid(i)``,
+``speaker_status(i)``, ``drain(i)``,
 ``client(target, connections=300)``, ``start_steady_client(target, *args)`` +
 ``finish_client(proc)``, ``status()``, ``down()``; ``lab_down(state_dir)``;
 ``fed_exabgp(topo, work)`` (a bare ExaBGP in a node, the benchmarks' baseline).
@@ -972,7 +973,21 @@ class Lab:
         """Run ``kubectl ARGS`` against the lab's API (in the router namespace, where
         the simulator listens); returns its output, LabError if it fails."""
         argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--request-timeout=20s", *args]
-        proc = self.topology.router.run(argv, check=False, timeout=timeout)
+        return self._run_kubectl(argv, args, timeout)
+
+    def kubectl_bgpd(self, *args: str, timeout: float = 60) -> str:
+        """Run ``kubectl bgpd ARGS`` against the lab's API as a user does: the real
+        kubectl finds the plugin ``kubectl-bgpd`` on PATH (next to this interpreter, where
+        the package installs it). kubectl refuses flags before a plugin's name, so the
+        kubeconfig comes after ARGS."""
+        argv = [KUBECTL, "bgpd", *args, "--kubeconfig", str(self.kubeconfig)]
+        return self._run_kubectl(argv, ("bgpd", *args), timeout)
+
+    def _run_kubectl(self, argv: list[str], args: Sequence[str], timeout: float) -> str:
+        """Run ``argv`` in the router namespace (where the simulator listens)."""
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        env = {**os.environ, "PATH": path}
+        proc = self.topology.router.run(argv, check=False, timeout=timeout, env=env)
         if proc.returncode != 0:
             raise LabError(f"kubectl {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout

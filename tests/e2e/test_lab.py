@@ -10,8 +10,10 @@ lab with Service demo/web: 10.99.100.1 and fd00:99:100::1, pods on node1 and nod
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -19,10 +21,11 @@ from typing import Any
 
 import pytest
 
+from bgpd.allocation import ANNOTATION_IP_ALLOCATED_FROM_POOL
 from kbgpd_lab.kit.waiting import wait_until
 from kbgpd_lab.lab.apicluster import ApiClient, ApiError
 from kbgpd_lab.lab.client import Result
-from kbgpd_lab.lab.lab import Lab, LabService
+from kbgpd_lab.lab.lab import Lab, LabService, kube_bgpd_argv
 from kbgpd_lab.lab.netns import process_alive
 from kbgpd_lab.lab.routers import FibWatch
 
@@ -369,6 +372,7 @@ def test_api_cluster_controller_allocates_and_routes_follow(
     lab.wait_service(api)
     assert lab.router.fib("10.99.100.2") == nodes(lab, 3)
     assert set(lab.client("10.99.100.2", connections=30).per_node) == {"node3"}
+    check_kubectl_bgpd_inspect(lab, api)
 
     lab.set_services([api])  # web deleted: its IPs withdrawn
     lab.router.wait_fib(IP4, set(), timeout=10)
@@ -383,6 +387,65 @@ def test_api_cluster_controller_allocates_and_routes_follow(
     assert lab.router.fib("10.99.100.2") == nodes(lab, 3)
     lab.api_outage(False)
     assert "10.99.100.2" in lab.get_services_table()
+
+
+def check_kubectl_bgpd_inspect(lab: Lab, svc: LabService) -> None:
+    """`kubectl bgpd inspect` (the plugin through the real kubectl) against the lab: the
+    allocation the Service's status holds, each node's decision and reason as `kube-bgpd
+    explain` gives them over a dump of the same cluster, and the routes advertised from
+    the node announcing (read from the status objects the speakers write); `kubectl bgpd
+    peers`: every node's sessions to the router up."""
+    key = f"{svc.namespace}/{svc.name}"
+
+    def advertised() -> dict[str, Any] | None:
+        doc: dict[str, Any] = json.loads(lab.kubectl_bgpd("inspect", key, "-o", "json"))
+        routes = [r for n in doc["nodes"] for r in n["routes"]]
+        return doc if routes and all(r["advertised"] for r in routes) else None
+
+    # The speakers write status at most once per statusInterval: wait for it.
+    doc = wait_until(advertised, within=30, poll=0.2, what=f"{key} advertised in inspect")
+    [obj] = [o for o in lab.services_in_api() if o["metadata"]["name"] == svc.name]
+    ingress = [i["ip"] for i in obj["status"]["loadBalancer"]["ingress"]]
+    assert doc["allocation"]["ips"] == ingress == list(svc.ips)
+    assert (
+        doc["allocation"]["pool"]
+        == obj["metadata"]["annotations"][ANNOTATION_IP_ALLOCATED_FROM_POOL]
+    )
+
+    dump = lab.dir / "inspect-dump.json"
+    dump.write_text(lab.kubectl("get", "services,endpointslices,nodes", "-A", "-o", "json"))
+    config = ["--config", str(lab.dir / "config.yaml"), "--cluster", str(dump)]
+    explain = subprocess.run(
+        [*kube_bgpd_argv(), "explain", *config, "--output", "json", key],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert explain.returncode == 0, explain.stderr
+    by_node = {n["node"]: n for n in doc["nodes"]}
+    explained = json.loads(explain.stdout)
+    assert {e["node"] for e in explained} == set(by_node) == {"node1", "node2", "node3"}
+    for e in explained:
+        node = by_node[e["node"]]
+        assert sorted((r["prefix"], r["peer"]) for r in node["routes"]) == sorted(
+            (r["prefix"], r["peer"]) for r in e["routes"]
+        )
+        assert node["skipped"] == [
+            {k: v for k, v in s.items() if k != "service"} for s in e["skipped"]
+        ]
+    # Only node3 has the Service's endpoint (policy Local): it announces, and its status
+    # says the router has the routes; the others announce nothing.
+    assert by_node["node3"]["announced"] is True
+    assert by_node["node3"]["routes"]
+    for other in ("node1", "node2"):
+        assert by_node[other]["announced"] is False
+        assert by_node[other]["routes"] == []
+        assert [s["reason"] for s in by_node[other]["skipped"]] == ["noLocalEndpoints"]
+
+    peers = json.loads(lab.kubectl_bgpd("peers", "-o", "json"))
+    states = {n["node"]: {s["state"] for s in n["sessions"]} for n in peers["nodes"]}
+    assert states == {f"node{i}": {"up"} for i in (1, 2, 3)}
 
 
 @pytest.mark.parametrize("router", ROUTERS)
