@@ -358,7 +358,8 @@ def test_api_cluster_controller_allocates_and_routes_follow(
     router: str, make_lab: Callable[..., Lab]
 ) -> None:
     """The API simulator and the controller in the router namespace: Services written to
-    the API get their IPs from the pool; the router's routes follow them."""
+    the API get their IPs from the pool; the router's routes follow them, and `kubectl
+    bgpd` shows them as `kube-bgpd explain` decides and the speakers' status says."""
     lab = make_lab(router, services=[LabService("web", (), pod_nodes=(1, 2))])
     [web] = lab.services
     assert web.ips == ("10.99.100.1", "fd00:99:100::1")
