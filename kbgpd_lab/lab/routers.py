@@ -955,7 +955,10 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
 
 def parse_bird_since(text: str) -> dict[IPAddress, str]:
     """Per Established neighbour, the since column of its protocol's line in ``birdc
-    show protocols all`` (BIRD 2's default time format has milliseconds)."""
+    show protocols all``, to the second. BIRD 2 keeps the time on its monotonic clock and
+    converts it to wall-clock time at each call, so the milliseconds it prints wobble by
+    one between two calls (a CI run saw .793 then .794 for an untouched session); a
+    reset shows a later second."""
     out: dict[IPAddress, str] = {}
     since, established = "", False
     for line in text.splitlines():
@@ -966,7 +969,8 @@ def parse_bird_since(text: str) -> dict[IPAddress, str]:
             since = " ".join(words[4:-1]) if len(words) > 5 and words[1] == "BGP" else ""
             established = bool(since) and words[-1] == "Established"
         elif s.startswith("Neighbor address:") and since and established:
-            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = since
+            mark = since.split(".", 1)[0]  # "15:57:00.931" -> "15:57:00"
+            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = mark
     return out
 
 

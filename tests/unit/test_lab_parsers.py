@@ -110,7 +110,7 @@ def test_bird_changes_received_count_updates_and_withdrawals() -> None:
 
 
 def test_sessions_since_marks_established_sessions_only() -> None:
-    assert parse_bird_since(BIRD_PROTOCOLS) == {ip("172.31.250.11"): "15:57:00.931"}
+    assert parse_bird_since(BIRD_PROTOCOLS) == {ip("172.31.250.11"): "15:57:00"}
     frr = {
         "172.31.250.11": {
             "bgpState": "Established",
