@@ -972,7 +972,12 @@ class Lab:
     def kubectl(self, *args: str, timeout: float = 60) -> str:
         """Run ``kubectl ARGS`` against the lab's API (in the router namespace, where
         the simulator listens); returns its output, LabError if it fails."""
-        argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--request-timeout=20s", *args]
+        # A discovery cache of the lab's own: every lab's simulator listens on the same
+        # address (in its own namespace), so kubectl's default cache (~/.kube/cache, keyed
+        # by host and port) would hand one lab the resources another lab's API served.
+        cache = str(self.dir / "kubectl-cache")
+        argv = [KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", cache]
+        argv += ["--request-timeout=20s", *args]
         return self._run_kubectl(argv, args, timeout)
 
     def kubectl_bgpd(self, *args: str, timeout: float = 60) -> str:
