@@ -16,6 +16,10 @@ LINT_PATHS := bgpd k8s_watcher kbgpd_lab tests $(wildcard bench)
 # every test has its own namespaces, ports (or a random 127/8 address) and directories.
 # worksteal evens out the long lab tests. `make test XDIST=` runs in one process.
 XDIST ?= -n 3 --dist worksteal
+# A short base directory for the tests' files, one per run: the labs keep unix sockets in
+# it (at most 107 bytes of path), and xdist adds a level (popen-gwN) under pytest's default
+# /tmp/pytest-of-USER/pytest-N, which took a lab's control socket to 111 bytes.
+BASETEMP = --basetemp="$$(mktemp -d /tmp/kt.XXXXXX)"
 
 # The product (bgpd, k8s_watcher) and, beside it, its test tools (kbgpd_lab: the lab, the
 # API simulator and the kit; a distribution of its own, never in the product's wheel).
@@ -51,16 +55,16 @@ check: lint
 	$(BIN)/pytest -q tests/unit
 
 unit: $(STAMP)
-	$(BIN)/pytest -q $(XDIST) tests/unit
+	$(BIN)/pytest -q $(XDIST) $(BASETEMP) tests/unit
 
 component: $(STAMP) apt
-	$(BIN)/pytest -q $(XDIST) tests/component
+	$(BIN)/pytest -q $(XDIST) $(BASETEMP) tests/component
 
 e2e: $(STAMP) apt
-	$(BIN)/pytest -q $(XDIST) -m e2e tests/e2e
+	$(BIN)/pytest -q $(XDIST) $(BASETEMP) -m e2e tests/e2e
 
 test: apt $(STAMP) lint
-	$(BIN)/pytest -q $(XDIST) tests
+	$(BIN)/pytest -q $(XDIST) $(BASETEMP) tests
 
 demo: apt $(STAMP)
 	$(BIN)/kube-bgpd-lab demo
