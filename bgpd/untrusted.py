@@ -255,8 +255,8 @@ def json_parts(text: str) -> Iterator[Part]:
 def _composer_methods() -> dict[str, Any]:
     """PyYAML's Python composer, to compose one item at a time on top of a loader whose
     events may come from libyaml (CParser composes whole documents only)."""
-    names = ("compose_node", "compose_scalar_node", "compose_sequence_node")
-    return {n: getattr(yaml.composer.Composer, n) for n in (*names, "compose_mapping_node")}
+    names = ("compose_node", "compose_scalar_node", "compose_sequence_node", "compose_mapping_node")
+    return {n: getattr(yaml.composer.Composer, n) for n in names}
 
 
 def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
@@ -280,6 +280,16 @@ def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
         budget[0] -= check_node(node, budget=budget[0])
         return yaml.constructor.SafeConstructor.construct_document(loader, node)
 
+    def sequence() -> Iterator[Item]:
+        """The sequence at the loader's position, item by item (its start and end
+        events consumed)."""
+        loader.get_event()
+        index = 0
+        while not loader.check_event(yaml.SequenceEndEvent):
+            yield Item(index, build(item()))
+            index += 1
+        loader.get_event()
+
     try:
         loader.get_event()  # StreamStart
         pending: DocumentEnd | None = None
@@ -296,12 +306,7 @@ def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
                         if pending is not None:
                             yield pending
                             pending = None
-                        loader.get_event()
-                        index = 0
-                        while not loader.check_event(yaml.SequenceEndEvent):
-                            yield Item(index, build(item()))
-                            index += 1
-                        loader.get_event()
+                        yield from sequence()
                         members.pop("items", None)
                         streamed = True
                     else:
@@ -312,12 +317,7 @@ def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
                 if pending is not None:
                     yield pending
                     pending = None
-                loader.get_event()
-                index = 0
-                while not loader.check_event(yaml.SequenceEndEvent):
-                    yield Item(index, build(item()))
-                    index += 1
-                loader.get_event()
+                yield from sequence()
                 value, streamed = [], True
             else:
                 value, streamed = build(loader.compose_node(None, None)), False
