@@ -882,13 +882,10 @@ class Speaker:
         if node is None:
             return services, None, ""
         stale = self.config_stale_reason()
-        peers = self.driver.peer_status()
         body = cluster_status.node_status(
             cluster_status.NodeInputs(
                 node=self.node,
-                peers=peers,
-                desired={peer: status.desired for peer, status in peers.items()},
-                advertised={peer: status.advertised for peer, status in peers.items()},
+                peers=self.driver.peer_status(),
                 config_origin=cluster_status.ConfigOrigin.FILE
                 if self.config_source is None
                 else cluster_status.ConfigOrigin.CLUSTER,

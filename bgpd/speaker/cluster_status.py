@@ -74,11 +74,8 @@ class NodeInputs:
     """Everything a BGPNodeStatus shows, as the speaker holds it."""
 
     node: NodeName
+    #: The driver's view of each peer, with its desired, accepted and advertised counts.
     peers: Mapping[PeerName, PeerStatus]
-    #: Peer -> routes the last decision wants to it.
-    desired: Mapping[PeerName, int]
-    #: Peer -> routes on the wire to it (routes_on_the_wire).
-    advertised: Mapping[PeerName, int]
     config_origin: ConfigOrigin = ConfigOrigin.FILE
     #: Why the configuration in force is not what its source holds, and other errors
     #: of the configuration ("" or absent for none).
@@ -114,9 +111,9 @@ def _session(inputs: NodeInputs, status: PeerStatus) -> dict[str, Any]:
     if status.state is SessionState.UP and status.since is not None:
         out["establishedAt"] = rfc3339(status.since)
     out["lastError"] = status.reason
-    out["desired"] = inputs.desired.get(status.peer, 0)
+    out["desired"] = status.desired
     out["accepted"] = status.accepted
-    out["advertised"] = inputs.advertised.get(status.peer, 0)
+    out["advertised"] = status.advertised
     bfd = inputs.bfd.get(status.peer)
     if bfd is not None:
         out["bfd"] = _bfd(bfd)
@@ -148,11 +145,3 @@ def node_status(inputs: NodeInputs) -> dict[str, Any]:
         },
         "drain": drain,
     }
-
-
-def desired_counts(decision: Decision | None) -> dict[PeerName, int]:
-    """Peer -> routes the decision wants to it."""
-    out: dict[PeerName, int] = {}
-    for route in decision.routes if decision is not None else ():
-        out[route.peer] = out.get(route.peer, 0) + 1
-    return out

@@ -24,7 +24,6 @@ from bgpd.model import (
 from bgpd.speaker.cluster_status import (
     ConfigOrigin,
     NodeInputs,
-    desired_counts,
     node_status,
     routes_on_the_wire,
     service_peers,
@@ -53,7 +52,15 @@ DECISION = Decision(
 )
 
 
-def peer(name: str, state: SessionState, acked: int = 0, since: float | None = None) -> PeerStatus:
+def peer(
+    name: str,
+    state: SessionState,
+    acked: int = 0,
+    since: float | None = None,
+    *,
+    desired: int = 0,
+    advertised: int = 0,
+) -> PeerStatus:
     return PeerStatus(
         peer=PeerName(name),
         address=ipaddress.ip_address("192.0.2.1" if name == "frr" else "192.0.2.2"),
@@ -61,6 +68,8 @@ def peer(name: str, state: SessionState, acked: int = 0, since: float | None = N
         since=since,
         reason="" if state is SessionState.UP else "connection refused",
         accepted=acked,
+        desired=desired,
+        advertised=advertised,
     )
 
 
@@ -130,11 +139,9 @@ def inputs(**over: Any) -> NodeInputs:
     base: dict[str, Any] = {
         "node": NodeName("n1"),
         "peers": {
-            PeerName("frr"): peer("frr", SessionState.UP, 3, since=T0),
-            PeerName("bird"): peer("bird", SessionState.DOWN, 2, since=T0 + 5),
+            PeerName("frr"): peer("frr", SessionState.UP, 3, since=T0, desired=3, advertised=3),
+            PeerName("bird"): peer("bird", SessionState.DOWN, 2, since=T0 + 5, desired=2),
         },
-        "desired": desired_counts(DECISION),
-        "advertised": {PeerName("frr"): 3},
     }
     base.update(over)
     return NodeInputs(**base)
@@ -208,8 +215,3 @@ def test_node_status_with_bfd_drain_and_config_errors() -> None:
 def test_an_idle_node_renders_the_same_status() -> None:
     """Nothing in the status changes by itself (no uptime, no "updated at")."""
     assert node_status(inputs()) == node_status(inputs())
-
-
-def test_desired_counts() -> None:
-    assert desired_counts(DECISION) == {"frr": 3, "bird": 2}
-    assert desired_counts(None) == {}
