@@ -953,12 +953,44 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
     return out
 
 
+#: How far apart (ms) two readings of BIRD's since time of one untouched session can be.
+BIRD_SINCE_WOBBLE_MS = 2
+
+
+class BirdSince(str):
+    """BIRD 2's since time as printed ("15:57:00.931", or with a date before it). BIRD
+    keeps it on its monotonic clock and converts it to wall-clock time at each call, so
+    the milliseconds wobble between two calls (a CI run saw .793 then .794 for an
+    untouched session): two marks of the same day within BIRD_SINCE_WOBBLE_MS compare
+    equal. A reset is a new session, tens of ms later at the least."""
+
+    __slots__ = ()
+
+    def _split(self) -> tuple[str, float] | None:
+        day, _, clock = self.rpartition(" ")
+        try:
+            h, m, sec = clock.split(":")
+            return day, (int(h) * 3600 + int(m) * 60 + float(sec)) * 1000
+        except ValueError:
+            return None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BirdSince):
+            a, b = self._split(), other._split()
+            if a is not None and b is not None:
+                return a[0] == b[0] and abs(a[1] - b[1]) <= BIRD_SINCE_WOBBLE_MS
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = str.__hash__
+
+
 def parse_bird_since(text: str) -> dict[IPAddress, str]:
     """Per Established neighbour, the since column of its protocol's line in ``birdc
-    show protocols all``, to the second. BIRD 2 keeps the time on its monotonic clock and
-    converts it to wall-clock time at each call, so the milliseconds it prints wobble by
-    one between two calls (a CI run saw .793 then .794 for an untouched session); a
-    reset shows a later second."""
+    show protocols all`` (BIRD 2's default time format has milliseconds), as a BirdSince:
+    equal across the wobble of BIRD's clock conversion."""
     out: dict[IPAddress, str] = {}
     since, established = "", False
     for line in text.splitlines():
@@ -969,7 +1001,7 @@ def parse_bird_since(text: str) -> dict[IPAddress, str]:
             since = " ".join(words[4:-1]) if len(words) > 5 and words[1] == "BGP" else ""
             established = bool(since) and words[-1] == "Established"
         elif s.startswith("Neighbor address:") and since and established:
-            mark = since.split(".", 1)[0]  # "15:57:00.931" -> "15:57:00"
+            mark = BirdSince(since)
             out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = mark
     return out
 

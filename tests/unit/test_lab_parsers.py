@@ -12,6 +12,7 @@ import pytest
 from bgpd.objects import parse_cluster_dump
 from kbgpd_lab.lab.lab import LabService, cluster_dump
 from kbgpd_lab.lab.routers import (
+    BirdSince,
     RibPath,
     parse_bird_changes,
     parse_bird_protocols,
@@ -110,7 +111,7 @@ def test_bird_changes_received_count_updates_and_withdrawals() -> None:
 
 
 def test_sessions_since_marks_established_sessions_only() -> None:
-    assert parse_bird_since(BIRD_PROTOCOLS) == {ip("172.31.250.11"): "15:57:00"}
+    assert parse_bird_since(BIRD_PROTOCOLS) == {ip("172.31.250.11"): "15:57:00.931"}
     frr = {
         "172.31.250.11": {
             "bgpState": "Established",
@@ -318,3 +319,18 @@ def test_lab_cluster_dump_reads_back_with_the_products_parser() -> None:
         key: sorted({str(ep.node_name) for ep in snap.endpoints_of(key)}) for key in snap.services
     }
     assert sorted(pods.values()) == [["node1", "node2"], ["node3"]]
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "same"),
+    [
+        ("03:23:19.793", "03:23:19.794", True),  # one untouched session read twice
+        ("03:23:19.793", "03:23:19.793", True),
+        ("03:23:19.793", "03:23:19.851", False),  # a new session 58 ms later
+        ("03:23:19.999", "03:23:20.000", True),  # across a second
+        ("2026-12-01 03:23:19.793", "2026-12-02 03:23:19.793", False),
+    ],
+)
+def test_bird_since_marks_equal_across_the_clock_wobble(a: str, b: str, same: bool) -> None:
+    assert (BirdSince(a) == BirdSince(b)) is same
+    assert ({ip("172.31.250.11"): BirdSince(a)} == {ip("172.31.250.11"): BirdSince(b)}) is same
