@@ -14,7 +14,8 @@ their routes at BIRD. Then it measures, reading BIRD over its control socket
 1. a community added to the BGPAdvertisement: the time from the config change to the
    last of the routes carrying it at BIRD (``show route where bgp_community ~
    [(64512, 42)] count``, polled every 20 ms), and whether any session was reset
-   (BIRD's since time per session) or ExaBGP restarted (its generation in /status);
+   (BIRD's session marks: how often each protocol came up) or ExaBGP restarted (its
+   generation in /status);
 2. a peer edited (tor-v6's holdTime): the time until that session is back, and again
    whether the tor-v4 session (which carries the routes) was reset.
 
@@ -297,7 +298,7 @@ def run(lab: Lab, args: argparse.Namespace) -> None:
                 "peer_edit_session_back_s": round(peer_seconds, 3),
                 "peer_edit_other_session_reset": any(now_since[a] != since[a] for a in v4),
                 "peer_edit_speaker_log": peer_log,
-                # BIRD's since times (the marks compared): before the changes, after.
+                # BIRD's session marks (compared): before the changes, after.
                 "sessions_since": [
                     {str(a): since[a] for a in sorted(since, key=str)},
                     {str(a): now_since[a] for a in sorted(now_since, key=str)},

@@ -317,8 +317,8 @@ class Router(ABC):
     def sessions_since(self) -> dict[IPAddress, str]:
         """Per Established neighbour, a mark of when its session came up: the same mark
         later means the session was never reset in between (FRR: its count of sessions
-        established; BIRD: the protocol's since time, to the millisecond). FRR and BIRD
-        only."""
+        established; BIRD: how many times its protocol came up, from BIRD's log). FRR and
+        BIRD only."""
         raise RouterError(f"{self.kind}: sessions_since() is not implemented")
 
     def bfd_sessions(self) -> dict[IPAddress, str]:
@@ -779,6 +779,7 @@ class BirdRouter(Router):
         lines = [
             f"router id {c.router_id};",
             'log "' + str(self.workdir / "bird.log") + '" all;',
+            "debug protocols { states };",
             "protocol device { scan time 10; }",
             # Connected routes only resolve multihop next hops; the kernel has them already.
             "protocol direct { ipv4; ipv6; }",
@@ -867,7 +868,9 @@ class BirdRouter(Router):
         return parse_bird_restarting(self.birdc("show protocols all"))
 
     def sessions_since(self) -> dict[IPAddress, str]:
-        return parse_bird_since(self.birdc("show protocols all"))
+        # The protocols first: a session up after it has a later line, never an earlier.
+        protocols = self.birdc("show protocols all")
+        return bird_session_marks(protocols, (self.workdir / "bird.log").read_text())
 
     def bfd_sessions(self) -> dict[IPAddress, str]:
         return parse_bird_bfd(self.birdc("show bfd sessions"))
@@ -953,57 +956,49 @@ def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
     return out
 
 
-#: How far apart (ms) two readings of BIRD's since time of one untouched session can be.
-BIRD_SINCE_WOBBLE_MS = 2
+#: The line BIRD logs (``debug protocols { states }``) each time a protocol comes up; for
+#: a BGP protocol, each time a session is established.
+_BIRD_UP = re.compile(r"<TRACE> (\S+): State changed to up$")
 
 
-class BirdSince(str):
-    """BIRD 2's since time as printed ("15:57:00.931", or with a date before it). BIRD
-    keeps it on its monotonic clock and converts it to wall-clock time at each call, so
-    the milliseconds wobble between two calls (a CI run saw .793 then .794 for an
-    untouched session): two marks of the same day within BIRD_SINCE_WOBBLE_MS compare
-    equal. A reset is a new session, tens of ms later at the least."""
-
-    __slots__ = ()
-
-    def _split(self) -> tuple[str, float] | None:
-        day, _, clock = self.rpartition(" ")
-        try:
-            h, m, sec = clock.split(":")
-            return day, (int(h) * 3600 + int(m) * 60 + float(sec)) * 1000
-        except ValueError:
-            return None
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, BirdSince):
-            a, b = self._split(), other._split()
-            if a is not None and b is not None:
-                return a[0] == b[0] and abs(a[1] - b[1]) <= BIRD_SINCE_WOBBLE_MS
-        return str.__eq__(self, other)
-
-    def __ne__(self, other: object) -> bool:
-        return not self == other
-
-    __hash__ = str.__hash__
-
-
-def parse_bird_since(text: str) -> dict[IPAddress, str]:
-    """Per Established neighbour, the since column of its protocol's line in ``birdc
-    show protocols all`` (BIRD 2's default time format has milliseconds), as a BirdSince:
-    equal across the wobble of BIRD's clock conversion."""
+def parse_bird_established(text: str) -> dict[IPAddress, str]:
+    """Per Established neighbour, the name of its protocol in ``birdc show protocols
+    all`` (a dynamic BGP protocol per neighbour of a range)."""
     out: dict[IPAddress, str] = {}
-    since, established = "", False
+    name, established = "", False
     for line in text.splitlines():
         s = line.strip()
         if line and not line[0].isspace():
             words = line.split()
             # Name Proto Table State Since(date and/or time) Info
-            since = " ".join(words[4:-1]) if len(words) > 5 and words[1] == "BGP" else ""
-            established = bool(since) and words[-1] == "Established"
-        elif s.startswith("Neighbor address:") and since and established:
-            mark = BirdSince(since)
-            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = mark
+            name = words[0] if len(words) > 5 and words[1] == "BGP" else ""
+            established = bool(name) and words[-1] == "Established"
+        elif s.startswith("Neighbor address:") and name and established:
+            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = name
     return out
+
+
+def count_bird_ups(log: str) -> dict[str, int]:
+    """Per protocol, how many times BIRD's log says it came up. BIRD's since time is no
+    mark of a session: BIRD keeps it on its monotonic clock and converts it to wall-clock
+    time at each call, so one untouched session read twice differed by up to 6 ms under
+    load, and replacements came as little as 2 ms apart."""
+    ups: dict[str, int] = {}
+    for line in log.splitlines():
+        m = _BIRD_UP.search(line)
+        if m:
+            ups[m.group(1)] = ups.get(m.group(1), 0) + 1
+    return ups
+
+
+def bird_session_marks(protocols: str, log: str) -> dict[IPAddress, str]:
+    """Per Established neighbour, ``protocol#N``: the Nth time its protocol came up. The
+    same mark later means the session was never reset in between."""
+    ups = count_bird_ups(log)
+    return {
+        address: f"{name}#{ups.get(name, 0)}"
+        for address, name in parse_bird_established(protocols).items()
+    }
 
 
 def parse_bird_restarting(text: str) -> set[IPAddress]:

@@ -3,11 +3,12 @@
 Each node has two sessions with the router (BGPPeers tor-v4 and tor-v6). The speakers'
 config file is edited and the speakers are sent SIGHUP (``Lab.edit_config``); the router
 says whether a session was reset (``Router.sessions_since``: FRR's count of sessions
-established, BIRD's since time) and which routes and communities it has. Nothing may restart
-ExaBGP (its generation in /status stays 1): a peer edit is reloaded in place (only that
-peer's session is reset, and its routes come back), a peer removed and added back takes
-its session away and back (its routes re-sent through the API), and a community added
-to an advertisement reaches the routes without any session reset.
+established, BIRD's count of its protocol coming up) and which routes and communities it
+has. Nothing may restart ExaBGP (its generation in /status stays 1): a peer edit is
+reloaded in place (only that peer's session is reset, and its routes come back), a peer
+removed and added back takes its session away and back (its routes re-sent through the
+API), and a community added to an advertisement reaches the routes without any session
+reset.
 """
 
 from __future__ import annotations
