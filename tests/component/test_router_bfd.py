@@ -5,9 +5,6 @@ and node2, and a plain FRR bfdd on each node (kbgpd_lab.lab.nodebfd).
 * a blackholed node (every packet dropped in its namespace, its link up) leaves the
   router's FIB within the BFD detect time plus a margin, its BGP session torn down by
   BFD while the other node's session and BFD stay Up; undone, it comes back;
-* FRR's ``check-control-plane-failure`` with graceful restart (docs/routers.md says not
-  to use it): the node's bfdd sends the C bit clear, and FRR 8.4 ignores its BFD Down
-  even outside a restart, so a dead node stays until the hold timer;
 * BIRD's ``bfd graceful`` (measured here): with graceful restart negotiated, BFD down
   starts a graceful restart instead of a teardown, so the dead node's route stays in the
   FIB as stale: it defeats BFD's fast failover for a node that really died.
@@ -133,24 +130,5 @@ def test_bird_bfd_graceful_keeps_a_dead_node_as_stale(
         # bfd on would have removed it by now (the other test); graceful keeps it.
         deadline = time.monotonic() + 1.0
         while time.monotonic() < deadline:
-            assert router.fib(ROUTE) == {n1}
-            time.sleep(0.05)
-
-
-def test_frr_check_control_plane_failure_ignores_a_dead_nodes_bfd_down(
-    make_router: Callable[..., Router],
-    start_exabgp: Callable[..., Any],
-    node_bfdd: Callable[..., NodeBfdd],
-    topology: Topology,
-) -> None:
-    timers = RouterBfd(100, 100, 3, check_control_plane=True)
-    router = make_router("frr", bfd=timers, graceful_restart=True, restart_time=60)
-    n1 = graceful_restart_node(router, start_exabgp, node_bfdd, topology)
-    with blackholed(topology.nodes[0]):
-        router.wait_bfd(lambda s: s.get(n1) == "down", timeout=BOUND)
-        # The BGP session and the route outlive BFD: only the hold timer (9 s) ends them.
-        deadline = time.monotonic() + 1.0
-        while time.monotonic() < deadline:
-            assert router.neighbors()[n1] == "Established"
             assert router.fib(ROUTE) == {n1}
             time.sleep(0.05)
