@@ -301,6 +301,8 @@ async def test_release_when_no_longer_ours(env: Env, change: dict[str, Any]) -> 
         sim.store.create(lb_service(name))
     async with env.controller():
         await wait_until_async(lambda: "AllocationFailed" in reasons(sim, "c"), what="c waits")
+        # c's Event and a's status are separate writes, not ordered between them.
+        await wait_until_async(lambda: ingress(sim, "a") != [], what="a's status written")
         held = ingress(sim, "a")
         assert held == ["10.99.0.10"]
         sim.store.patch("services", "a", change, namespace="default")
