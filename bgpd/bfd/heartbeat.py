@@ -6,8 +6,9 @@ TaskGroup) starts the watchdog process and, every ``period`` seconds, writes ``b
 ``timeout`` (``unanswered()``: seconds the oldest command in flight has waited,
 DriverCore.unanswered_for). A loop that
 stalls writes nothing, which is the point. ``watch(pid)``: bfdd's PID to kill (None: no
-bfdd). The watchdog's lines (one per kill) come back as ``bfd.watchdog_killed`` log
-lines and the ``kills`` count.
+bfdd); ``watch_exabgp(pid)``: ExaBGP's, to stop while the loop stalls. The watchdog's
+lines come back as log lines of their event names (``bfd.watchdog_killed``, counted in
+``kills``; ``bfd.watchdog_stopped_exabgp``, ``bfd.watchdog_continued_exabgp``).
 
 It only writes to a pipe: nothing here can block the event loop (a full pipe drops
 beats, which errs towards killing bfdd, never towards keeping a hung node).
@@ -59,6 +60,7 @@ class BfdWatchdog:
         self.kills = 0
         self._proc: asyncio.subprocess.Process | None = None
         self._pid: int | None = None
+        self._exabgp: int | None = None
 
     @property
     def pid(self) -> int | None:
@@ -70,10 +72,15 @@ class BfdWatchdog:
         self._pid = pid
         self._send_target()
 
+    def watch_exabgp(self, pid: int | None) -> None:
+        """ExaBGP's PID (a new ExaBGP started), or None."""
+        self._exabgp = pid
+        self._send_target()
+
     def _send_target(self) -> None:
-        pid = self._pid or 0
-        started = (watchdog.start_time(pid) if pid else None) or 0
-        self._write(f"pid {pid if started else 0} {started}\n")
+        for word, pid in (("pid", self._pid or 0), ("exabgp", self._exabgp or 0)):
+            started = (watchdog.start_time(pid) if pid else None) or 0
+            self._write(f"{word} {pid if started else 0} {started}\n")
 
     def _write(self, line: str) -> None:
         proc = self._proc
@@ -132,9 +139,13 @@ class BfdWatchdog:
         assert proc.stderr is not None
         while line := await proc.stderr.readline():
             words = line.decode(errors="replace").split()
+            if not words or not words[0].startswith("bfd.watchdog_"):
+                continue
             fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
+            log(_logger, logging.WARNING, words[0], **fields)
+            if words[0] != "bfd.watchdog_killed":
+                continue
             self.kills += 1
-            log(_logger, logging.WARNING, "bfd.watchdog_killed", **fields)
             if self.on_kill is not None and fields.get("pid", "").isdigit():
                 self.on_kill(int(fields["pid"]))
         return await proc.wait()

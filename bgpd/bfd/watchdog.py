@@ -10,6 +10,7 @@ be dropped. Hence a process of its own, fed by the speaker's event loop over a p
 
 * ``pid P S``: bfdd's PID and its start time (field 22 of /proc/P/stat), to kill;
   ``pid 0 0``: no bfdd to watch (stopped by the speaker);
+* ``exabgp P S``: ExaBGP's PID and start time, to freeze (below);
 * ``beat``: the loop is alive and ExaBGP answers;
 * ``stuck``: ExaBGP owes an answer for longer than the bound (kill now).
 
@@ -17,6 +18,16 @@ No ``beat`` for ``--timeout`` seconds, or a ``stuck``, SIGKILLs bfdd (once per P
 speaker's BFD runtime starts a new one when its loop runs again, and says so with a new
 ``pid`` line). The speaker gone (EOF on stdin, or SIGTERM from PR_SET_PDEATHSIG) also
 SIGKILLs the bfdd it named, then the watchdog exits. One line on stderr per kill says why.
+
+A stalled loop (no ``beat``) also SIGSTOPs ExaBGP when bfdd was killed, and the next
+``beat`` SIGCONTs it. Measured (tests/e2e/test_lab_bfd.py, FRR 8.4, about one run in six
+under load): ExaBGP does not need the speaker to keep its session, so after the router
+tore the session down on BFD Down, ExaBGP connected again, re-sent its routes, and FRR
+8.4 (which does not wait for BFD before a session comes up) put the hung node back into
+its ECMP set: the node stayed there, BFD already being Down. A stopped ExaBGP neither
+reconnects nor closes its TCP session (a close before the BFD Down would start a
+graceful restart at the router, keeping the routes). A frozen ExaBGP is continued when
+the speaker is gone too, so that the signal its own PR_SET_PDEATHSIG sends is acted on.
 
 Hazards, and what this does about them:
 
@@ -69,6 +80,24 @@ def start_time(pid: int) -> int | None:
         return None
 
 
+def _signal(process: tuple[int, int], signum: int) -> bool:
+    """Send ``signum`` to (PID, start time) if that PID is still that process."""
+    pid, started = process
+    if start_time(pid) != started:
+        return False
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _say(line: str) -> None:
+    """One line to the speaker (it logs each as an event of that name)."""
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 class Watchdog:
     """The watchdog's state; ``run()`` is its loop (select on stdin, with the time left
     until the next beat is due as its timeout)."""
@@ -77,25 +106,33 @@ class Watchdog:
         self.timeout = timeout
         self.stdin = stdin
         self.target: tuple[int, int] | None = None
+        #: ExaBGP (PID, start time), and the one this watchdog stopped, if any.
+        self.exabgp: tuple[int, int] | None = None
+        self.frozen: tuple[int, int] | None = None
         self.last_beat = time.monotonic()
         self.partial = b""
         self.kills = 0
 
     def fire(self, reason: str) -> None:
-        """SIGKILL bfdd if it is still the process the speaker named."""
+        """SIGKILL bfdd if it is still the process the speaker named; on a stalled loop,
+        stop ExaBGP too (see the module docstring)."""
         if self.target is None:
             return
-        pid, started = self.target
-        self.target = None
-        if start_time(pid) != started:
-            return
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
+        target, self.target = self.target, None
+        if not _signal(target, signal.SIGKILL):
             return
         self.kills += 1
-        sys.stderr.write(f"bfd.watchdog_killed pid={pid} reason={reason}\n")
-        sys.stderr.flush()
+        _say(f"bfd.watchdog_killed pid={target[0]} reason={reason}")
+        stalled = reason == "loopStalled" and self.frozen is None
+        if stalled and self.exabgp is not None and _signal(self.exabgp, signal.SIGSTOP):
+            self.frozen = self.exabgp
+            _say(f"bfd.watchdog_stopped_exabgp pid={self.exabgp[0]}")
+
+    def thaw(self) -> None:
+        """SIGCONT the ExaBGP this watchdog stopped, if any."""
+        frozen, self.frozen = self.frozen, None
+        if frozen is not None and _signal(frozen, signal.SIGCONT):
+            _say(f"bfd.watchdog_continued_exabgp pid={frozen[0]}")
 
     def on_line(self, line: bytes) -> None:
         words = line.split()
@@ -103,8 +140,14 @@ class Watchdog:
             return
         if words[0] == b"beat":
             self.last_beat = time.monotonic()
+            self.thaw()
         elif words[0] == b"stuck":
             self.fire("exabgpNotAnswering")
+        elif words[0] == b"exabgp" and len(words) == 3:
+            pid, started = int(words[1]), int(words[2])
+            if self.frozen is not None and self.frozen != (pid, started):
+                self.thaw()
+            self.exabgp = (pid, started) if pid > 0 else None
         elif words[0] == b"pid" and len(words) == 3:
             pid, started = int(words[1]), int(words[2])
             self.target = (pid, started) if pid > 0 else None
@@ -123,6 +166,7 @@ class Watchdog:
             data = os.read(self.stdin, 4096)
             if not data:
                 self.fire("speakerGone")
+                self.thaw()
                 return 0
             *lines, self.partial = (self.partial + data).split(b"\n")
             for line in lines:
@@ -136,6 +180,7 @@ def _follow_parent(dog: Watchdog, parent: int) -> None:
 
     def gone(_signum: int, _frame: object) -> None:
         dog.fire("speakerGone")
+        dog.thaw()
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, gone)

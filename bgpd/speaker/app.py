@@ -330,6 +330,8 @@ class Speaker:
             # A kill by our own watchdog is no crash of bfdd's (bgpd.supervision).
             on_kill=lambda pid: self.bfd.supervisor.excuse(pid),
         )
+        # Stopped by the watchdog while this loop stalls (bgpd.bfd.watchdog says why).
+        self.runtime.supervisor.on_spawned = self.bfd_watchdog.watch_exabgp
         #: (first change not accepted yet, last apply), monotonic; see _convergence().
         self._unconverged: tuple[float, float] | None = None
         self._applied = asyncio.Event()

@@ -7,7 +7,8 @@ One lab per router serves the failure cases (they restore what they break):
 * a blackholed node (every packet dropped in its namespace, its link up) leaves the
   router's ECMP set within the detect time plus a margin, its session torn down by BFD
   long before the hold timer (9 s, keepalive 3 s) could have expired;
-* a SIGSTOPped speaker is dropped within the watchdog (1 s) plus the detect time;
+* a SIGSTOPped speaker is dropped within the watchdog (1 s) plus the detect time, and
+  stays out (its ExaBGP, stopped by the watchdog, does not connect again);
 * BFD down on one peer (the IPv6 one: only its BFD packets dropped) tears down that
   session alone: the node's IPv4 session is the same session after, its routes kept;
 * strict (SpeakerConfig bfdStrict, the default): a speaker whose BGP session is up but
@@ -171,6 +172,13 @@ def test_a_stopped_speaker_is_dropped_within_watchdog_and_detect_time(lab: Lab) 
             f"BFD {lab.router.bfd_sessions().get(n1)}"
         )
         assert took < WATCHDOG + DETECT + MARGIN
+        # And it stays out: its ExaBGP, alive without its speaker, must not connect again
+        # and re-send the routes (the watchdog stops it; the router connects every second).
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            assert n1 not in lab.router.fib(IP4), "the hung node came back"
+            assert lab.router.neighbors().get(n1) != "Established"
+            time.sleep(0.1)
     finally:
         os.kill(pid, signal.SIGCONT)
     ready(lab)

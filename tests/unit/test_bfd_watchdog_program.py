@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from bgpd.bfd.watchdog import Watchdog, start_time
+from kbgpd_lab.kit.waiting import wait_until
 
 
 @pytest.fixture
@@ -72,4 +73,75 @@ def test_stuck_kills_at_once(
         capsys.readouterr().err
         == f"bfd.watchdog_killed pid={child.pid} reason=exabgpNotAnswering\n"
     )
+    os.close(r)
+
+
+def state(pid: int) -> str:
+    """The process state letter of /proc/PID/stat (T: stopped)."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2 :].split()[0].decode()
+
+
+#: A second `sleep` child, standing in for ExaBGP.
+exabgp = child
+
+
+def test_a_stalled_loop_stops_exabgp_until_the_next_beat(
+    child: subprocess.Popen[bytes],
+    exabgp: subprocess.Popen[bytes],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """bfdd killed, ExaBGP stopped (it would reconnect and re-send the hung node's routes),
+    and continued by the first beat of the loop that runs again."""
+    dog = Watchdog(5.0)
+    dog.on_line(f"pid {child.pid} {start_time(child.pid)}".encode())
+    dog.on_line(f"exabgp {exabgp.pid} {start_time(exabgp.pid)}".encode())
+    dog.fire("loopStalled")
+    assert child.wait(timeout=10) == -9
+    wait_until(lambda: state(exabgp.pid) == "T", what="ExaBGP stopped")
+    dog.on_line(b"beat")
+    wait_until(lambda: state(exabgp.pid) != "T", what="ExaBGP continued")
+    assert capsys.readouterr().err.splitlines() == [
+        f"bfd.watchdog_killed pid={child.pid} reason=loopStalled",
+        f"bfd.watchdog_stopped_exabgp pid={exabgp.pid}",
+        f"bfd.watchdog_continued_exabgp pid={exabgp.pid}",
+    ]
+
+
+def test_exabgp_not_answering_kills_bfdd_and_leaves_exabgp_running(
+    child: subprocess.Popen[bytes], exabgp: subprocess.Popen[bytes]
+) -> None:
+    """The loop runs (it sent "stuck"): it handles ExaBGP itself."""
+    dog = Watchdog(5.0)
+    dog.on_line(f"pid {child.pid} {start_time(child.pid)}".encode())
+    dog.on_line(f"exabgp {exabgp.pid} {start_time(exabgp.pid)}".encode())
+    dog.on_line(b"stuck")
+    assert child.wait(timeout=10) == -9
+    assert state(exabgp.pid) != "T"
+
+
+def test_no_bfdd_no_stop(exabgp: subprocess.Popen[bytes]) -> None:
+    """Without a bfdd to kill (no BFD peer), a stall stops nothing: the hold timer is the
+    router's only signal then, and a stopped ExaBGP would only add a restart."""
+    dog = Watchdog(5.0)
+    dog.on_line(f"exabgp {exabgp.pid} {start_time(exabgp.pid)}".encode())
+    dog.fire("loopStalled")
+    assert state(exabgp.pid) != "T"
+
+
+def test_the_speaker_gone_continues_a_stopped_exabgp(
+    child: subprocess.Popen[bytes], exabgp: subprocess.Popen[bytes]
+) -> None:
+    """A stopped ExaBGP would not act on its own PR_SET_PDEATHSIG: continued at EOF."""
+    r, w = os.pipe()
+    dog = Watchdog(60.0, stdin=r)
+    dog.on_line(f"pid {child.pid} {start_time(child.pid)}".encode())
+    dog.on_line(f"exabgp {exabgp.pid} {start_time(exabgp.pid)}".encode())
+    dog.fire("loopStalled")
+    wait_until(lambda: state(exabgp.pid) == "T", what="ExaBGP stopped")
+    os.close(w)  # the speaker is gone
+    assert dog.run() == 0
+    wait_until(lambda: state(exabgp.pid) != "T", what="ExaBGP continued")
+    assert dog.frozen is None
     os.close(r)
