@@ -272,11 +272,12 @@ def _preflight(args: argparse.Namespace) -> str | None:
         except DumpError as exc:
             return f"cluster file {args.cluster_file}: {exc}"
         return None
-    from k8s_watcher.client import load_configuration
+    from k8s_watcher.client import load_credentials
     from k8s_watcher.errors import CredentialsError
 
     try:
-        asyncio.run(load_configuration(args.kubeconfig))
+        # Kept for the daemon's clients: the credentials child runs once.
+        asyncio.run(load_credentials(args.kubeconfig))
     except CredentialsError as exc:
         return exc.message
     return None
