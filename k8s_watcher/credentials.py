@@ -30,6 +30,7 @@ import binascii
 import json
 import logging
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -272,12 +273,23 @@ async def run_child(kubeconfig: str | None, context: str | None) -> Credentials:
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise CredentialsError(
-            f"cannot load Kubernetes credentials: {' '.join(argv[1:])} took over "
-            f"{CHILD_TIMEOUT:g} s"
-        ) from None
+        raise _too_slow(argv) from None
+    return child_answer(argv, proc.returncode, out, err)
+
+
+def _too_slow(argv: Sequence[str]) -> CredentialsError:
+    return CredentialsError(
+        f"cannot load Kubernetes credentials: {' '.join(argv[1:])} took over {CHILD_TIMEOUT:g} s"
+    )
+
+
+def child_answer(
+    argv: Sequence[str], returncode: int | None, out: bytes, err: bytes
+) -> Credentials:
+    """What the child's exit status and output say: Credentials, else CredentialsError
+    with its one line (its own reason, else the last line of its stderr)."""
     text = out.decode(errors="replace")
-    if proc.returncode == 0:
+    if returncode == 0:
         return Credentials.from_json(text)
     try:
         doc = json.loads(text)
@@ -286,7 +298,7 @@ async def run_child(kubeconfig: str | None, context: str | None) -> Credentials:
     if isinstance(doc, dict) and isinstance(doc.get("error"), str):
         raise CredentialsError(doc["error"])
     lines = err.decode(errors="replace").strip().splitlines()
-    last = lines[-1] if lines else f"exit status {proc.returncode}"
+    last = lines[-1] if lines else f"exit status {returncode}"
     raise CredentialsError(f"cannot load Kubernetes credentials: {' '.join(argv[1:])}: {last}")
 
 
@@ -325,6 +337,7 @@ class CredentialSource:
         self._ran_at = -float("inf")
         self._token_read_at = -float("inf")
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
+        self._early: tuple[subprocess.Popen[bytes], list[str]] | None = None
         #: How many times the child ran (for tests and the log).
         self.runs = 0
 
@@ -334,8 +347,33 @@ class CredentialSource:
             self._lock = (loop, asyncio.Lock())
         return self._lock[1]
 
+    def start_early(self) -> None:
+        """Start the child now, from synchronous code, so that it runs while the caller
+        imports and parses (the speaker's start); the first `get` collects its answer."""
+        if self._creds is None and self._early is None:
+            argv = child_argv(self.kubeconfig, self.context)
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            self._early = (proc, argv)
+
+    @staticmethod
+    async def _collect_early(proc: subprocess.Popen[bytes], argv: list[str]) -> Credentials:
+        try:
+            out, err = await asyncio.to_thread(proc.communicate, timeout=CHILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise _too_slow(argv) from None
+        return child_answer(argv, proc.returncode, out, err)
+
     async def _run(self) -> Credentials:
-        creds: Credentials = await self._runner(self.kubeconfig, self.context)
+        early, self._early = self._early, None
+        creds: Credentials
+        if early is not None:
+            creds = await self._collect_early(*early)
+        else:
+            creds = await self._runner(self.kubeconfig, self.context)
         self.runs += 1
         self._ran_at = self._clock()
         self._token_read_at = self._clock()

@@ -53,6 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.cluster_file:
+        # The credentials child (about a second: it imports the official client) runs
+        # while this process imports and parses; _preflight collects its answer.
+        from k8s_watcher.credentials import shared
+
+        shared(args.kubeconfig).start_early()
     import asyncio
 
     from prometheus_client import CollectorRegistry

@@ -313,3 +313,20 @@ def test_from_json_refuses_what_is_not_credentials() -> None:
     for text in ("", "[]", '{"server": 1}', "{"):
         with pytest.raises(CredentialsError, match="printed no credentials"):
             Credentials.from_json(text)
+
+
+def test_a_child_started_early_is_the_first_answer(tmp_path: Path) -> None:
+    """The speaker starts the child before its own imports; the first get() collects it
+    (the runner is not used) and a failure there is the same one line."""
+    path = kubeconfig(tmp_path, {"token": "abc"}, {"server": "http://127.0.0.1:1"})
+    child = FakeChild(creds("Bearer never"))
+    source = CredentialSource(path, runner=child)
+    source.start_early()
+    source.start_early()  # once
+    assert asyncio.run(source.get()).authorization == "Bearer abc"
+    assert (source.runs, child.calls) == (1, [])
+    missing = CredentialSource(str(tmp_path / "nope"), runner=child)
+    missing.start_early()
+    with pytest.raises(CredentialsError, match="does not exist"):
+        asyncio.run(missing.get())
+    assert child.calls == []
