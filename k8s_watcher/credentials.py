@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import base64
 import binascii
 import json
@@ -356,6 +357,16 @@ class CredentialSource:
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )
             self._early = (proc, argv)
+            atexit.register(self._abandon_early)
+
+    def _abandon_early(self) -> None:
+        """At exit (the caller stopped before it needed credentials: a bad config), the
+        child is not left running behind it."""
+        if self._early is not None:
+            proc = self._early[0]
+            self._early = None
+            proc.kill()
+            proc.communicate()
 
     @staticmethod
     async def _collect_early(proc: subprocess.Popen[bytes], argv: list[str]) -> Credentials:

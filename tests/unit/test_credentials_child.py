@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import subprocess
 import sys
@@ -330,3 +331,27 @@ def test_a_child_started_early_is_the_first_answer(tmp_path: Path) -> None:
     with pytest.raises(CredentialsError, match="does not exist"):
         asyncio.run(missing.get())
     assert child.calls == []
+
+
+def test_a_child_started_early_and_never_collected_ends_with_its_parent(tmp_path: Path) -> None:
+    """A speaker that stops on a bad config before it needs credentials leaves no child."""
+    path = kubeconfig(tmp_path, {"token": "abc"}, {"server": "http://127.0.0.1:1"})
+    script = (
+        "import sys\n"
+        "from k8s_watcher.credentials import CredentialSource\n"
+        "source = CredentialSource(sys.argv[1])\n"
+        "source.start_early()\n"
+        "print(source._early[0].pid)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, path],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    cmdline = Path(f"/proc/{int(done.stdout)}/cmdline")
+    # Reaped by its parent's exit handler: nothing under /proc (not even a zombie), or
+    # the number already belongs to another process.
+    with contextlib.suppress(FileNotFoundError):
+        assert b"k8s_watcher.credentials" not in cmdline.read_bytes()
