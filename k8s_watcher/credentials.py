@@ -392,6 +392,17 @@ class CredentialSource:
         log(logger, logging.DEBUG, "k8s.credentials", source=creds.source, runs=self.runs)
         return creds
 
+    async def _rerun_or_keep(self, held: Credentials) -> Credentials:
+        """The child again for credentials that worked before; if it fails now (a broken
+        plugin), the ones in hand are kept: the API's refusal, retried with back-off like
+        any other, says the rest, and the next run waits for the usual interval."""
+        try:
+            return await self._run()
+        except CredentialsError as exc:
+            self._ran_at = self._clock()
+            log(logger, logging.WARNING, "k8s.credentials_failed", error=exc.message)
+            return held
+
     async def get(self) -> Credentials:
         """The credentials to use now: resolved on first use, the child run again near a
         reported expiry, an in-cluster token re-read from its file when due."""
@@ -401,10 +412,12 @@ class CredentialSource:
             and self._clock() - self._ran_at >= self._rerun_interval
         ):
             async with self._loop_lock():
-                if self._creds is creds:
+                if self._creds is not creds:
+                    creds = self._creds
+                elif creds is None:
                     creds = await self._run()
                 else:
-                    creds = self._creds
+                    creds = await self._rerun_or_keep(creds)
         assert creds is not None
         if creds.token_file and self._clock() - self._token_read_at >= self._token_reread:
             creds = self._reread_token(creds)
@@ -437,7 +450,7 @@ class CredentialSource:
             elif failed is self._refused and self._clock() - self._ran_at < self._renew_interval:
                 fresh = failed
             else:
-                fresh = await self._run()
+                fresh = await self._rerun_or_keep(failed)
         # A new expiry alone is no new access: the request would be refused again.
         if replace(fresh, expires=failed.expires) == failed:
             self._refused = fresh

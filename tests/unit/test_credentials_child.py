@@ -355,3 +355,27 @@ def test_a_child_started_early_and_never_collected_ends_with_its_parent(tmp_path
     # the number already belongs to another process.
     with contextlib.suppress(FileNotFoundError):
         assert b"k8s_watcher.credentials" not in cmdline.read_bytes()
+
+
+def test_a_failing_rerun_keeps_the_credentials_in_hand() -> None:
+    """A plugin that breaks after working: the expiry re-run and the 401 renewal keep the
+    old credentials (the API's refusal is retried like any other), at the usual pace."""
+    clock = Clock()
+    held = creds("Bearer a", expires=clock.now + 5)
+    answers: list[Credentials | None] = [held, None, None]
+
+    async def child(kubeconfig: str | None, context: str | None) -> Credentials:
+        answer = answers.pop(0)
+        if answer is None:
+            raise CredentialsError("exec: process returned 1")
+        return answer
+
+    source = CredentialSource("kc", runner=child, clock=clock, wall=clock, rerun_interval=5.0)
+    assert asyncio.run(source.get()) is held
+    clock.now += 5
+    assert asyncio.run(source.get()) is held, "the expiry re-run failed: kept"
+    assert len(answers) == 1
+    assert asyncio.run(source.get()) is held
+    assert len(answers) == 1, "not again within the rerun interval"
+    assert asyncio.run(source.renew(held)) is None, "the 401 stands"
+    assert answers == []
