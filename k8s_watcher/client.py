@@ -1,12 +1,13 @@
-"""Credentials and raw JSON requests on top of the official asyncio client.
+"""Raw JSON requests and watch streams to the API server, over aiohttp.
 
-`kubernetes.aio` supplies what is tedious to get right (kubeconfig parsing, exec and OIDC
-plugins, in-cluster service-account tokens and CA, TLS, bearer-token refresh, the aiohttp
-session). We do not use its generated models: every request here sends and receives plain
-JSON dicts, because (a) the informers convert API objects into bgpd.model at this boundary
-and the generated models would be built only to be thrown away (measured in k8s-notes.md:
-most of the per-event CPU of the stock Watch helper is model deserialisation), and (b) a
-raw response gives us the status code and Retry-After header to classify errors ourselves.
+Credentials come from the official client's loaders, run in a short-lived child process
+(k8s_watcher.credentials: kubeconfig, exec and OIDC plugins, in-cluster service accounts);
+this process never imports `kubernetes`, whose package loads the whole generated client
+(about 21 MiB per speaker). Requests send and receive plain JSON dicts, because (a) the
+informers convert API objects into bgpd.model at this boundary and generated models would
+be built only to be thrown away (measured in k8s-notes.md: most of the per-event CPU of
+the stock Watch helper is model deserialisation), and (b) a raw response gives us the
+status code and Retry-After header to classify errors ourselves.
 
 Credentials are looked up like kubectl and client-go: an explicit --kubeconfig, then
 $KUBECONFIG (a colon-separated list), then ~/.kube/config, then the in-cluster service
@@ -15,11 +16,12 @@ account. This module must not leak client types: callers get dicts and our error
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-import logging
 import os
+import shutil
+import ssl
+import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -28,92 +30,65 @@ from urllib.parse import quote
 
 import aiohttp
 
-from bgpd.logs import log
+from k8s_watcher.credentials import Credentials, CredentialSource, shared
 from k8s_watcher.errors import (
     ApiUnavailable,
-    CredentialsError,
     MalformedResponse,
     error_from_status,
 )
 
-logger = logging.getLogger(__name__)
-
 MERGE_PATCH = "application/merge-patch+json"
 JSON = "application/json"
+#: Who we are to the API server (its audit log, its per-client metrics).
+USER_AGENT = "kube-bgpd"
 #: Seconds to wait for a TCP (and TLS) connection before calling the API unreachable.
 CONNECT_TIMEOUT = 10.0
 #: Total seconds for one ordinary (non-watch) request.
 REQUEST_TIMEOUT = 60.0
+#: Connections kept open to the API server (the official client's pool size).
+POOL_SIZE = 100
+#: The read buffer: one watch event (a large object) can exceed aiohttp's default.
+READ_BUFFER = 2**21
 #: In-cluster namespace file, read for the default Lease namespace.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 Query = Sequence[tuple[str, str]]
 
 
-def kubeconfig_candidates(explicit: str | None, environ: Mapping[str, str]) -> list[str]:
-    """Kubeconfig paths to try, in kubectl's order; empty means "use in-cluster"."""
-    if explicit:
-        return [explicit]
-    env = environ.get("KUBECONFIG", "")
-    if env:
-        return [env]
-    home = Path(environ.get("HOME", str(Path.home()))) / ".kube" / "config"
-    return [str(home)] if home.exists() else []
-
-
-def resolve_kubeconfig(explicit: str | None, environ: Mapping[str, str]) -> str | None:
-    """The kubeconfig path (list) to load, None for in-cluster; CredentialsError if an
-    explicitly named file is missing (a typo must not silently fall back to in-cluster)."""
-    candidates = kubeconfig_candidates(explicit, environ)
-    if not candidates:
-        return None
-    path = candidates[0]
-    if not any(Path(os.path.expanduser(p)).exists() for p in path.split(":") if p):
-        raise CredentialsError(f"kubeconfig {path} does not exist")
-    return path
-
-
-async def load_configuration(
-    kubeconfig: str | None = None,
-    *,
-    context: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> Any:
-    """A `kubernetes.aio.client.Configuration` from the first credentials that exist.
+async def load_credentials(
+    kubeconfig: str | None = None, *, context: str | None = None
+) -> Credentials:
+    """This process's credentials for these flags (the child runs once and its answer is
+    shared with every client built later: see credentials.shared).
 
     Raises CredentialsError when none is usable, so the CLI can say so and exit instead of
     retrying forever: a missing kubeconfig does not fix itself.
     """
-    from kubernetes.aio import client as _kclient
-    from kubernetes.aio import config as _kconfig
+    return await shared(kubeconfig, context).get()
 
-    # The client is only partly typed; keep its surface Any behind this module.
-    kclient: Any = _kclient
-    kconfig: Any = _kconfig
-    path = resolve_kubeconfig(kubeconfig, os.environ if environ is None else environ)
-    # type.__call__ avoids Configuration's copy-the-process-default behaviour: every
-    # client we build has its own settings, so tests can run several side by side.
-    configuration = type.__call__(kclient.Configuration)
-    try:
-        if path is not None:
-            await kconfig.load_kube_config(
-                config_file=path,
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-            log(logger, logging.DEBUG, "k8s.credentials", source="kubeconfig", path=path)
-        else:
-            kconfig.load_incluster_config(client_configuration=configuration)
-            log(logger, logging.DEBUG, "k8s.credentials", source="in-cluster")
-    except Exception as exc:  # the client's loader raises anything
-        # ConfigException, or (a garbage kubeconfig, an unreadable token or CA file) a
-        # YAMLError, OSError, ValueError, KeyError, TypeError... from inside the client:
-        # all one credentials problem, said on one line naming the file.
-        where = f"kubeconfig {path}" if path is not None else "in-cluster service account"
-        cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise CredentialsError(f"cannot load Kubernetes credentials from {where}: {cause}") from exc
-    return configuration
+
+def ssl_context(creds: Credentials) -> ssl.SSLContext:
+    """The TLS settings of `creds`, as the official client builds them: the CA (else the
+    system's), the client certificate, no verification when the kubeconfig says
+    insecure-skip-tls-verify. The certificate and key go through a private temporary
+    directory (ssl loads a chain only from files), removed before this returns."""
+    context = ssl.create_default_context(cadata=creds.ca_data or None)
+    if creds.cert_data:
+        directory = tempfile.mkdtemp(prefix="kube-bgpd-tls-")
+        try:
+            cert = Path(directory, "cert.pem")
+            cert.write_text(creds.cert_data)
+            key = None
+            if creds.key_data:
+                key = Path(directory, "key.pem")
+                key.write_text(creds.key_data)
+            context.load_cert_chain(cert, key)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+    if not creds.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 def default_namespace(environ: Mapping[str, str] | None = None) -> str:
@@ -146,52 +121,80 @@ class KubeClient:
     """One API client: raw JSON requests and watch streams, with our errors.
 
     An async context manager, because it owns an aiohttp session that must be closed on
-    the loop that opened it.
+    the loop that opened it (opened on the first request).
     """
 
-    def __init__(self, configuration: Any = None, *, kubeconfig: str | None = None) -> None:
-        """With a configuration, ready at once; without, credentials are loaded (from
-        `kubeconfig` or the default places) on the first request, so synchronous code can
-        build a client that async code connects."""
-        self._configuration = configuration
-        self._kubeconfig = kubeconfig
-        self._api: Any = None
-        self._lock = asyncio.Lock()
-        if configuration is not None:
-            self._api = self._make_api(configuration)
-
-    @staticmethod
-    def _make_api(configuration: Any) -> Any:
-        from kubernetes.aio import client as kclient
-
-        api = kclient.ApiClient(configuration)
-        api.user_agent = "kube-bgpd"
-        return api
+    def __init__(
+        self,
+        credentials: Credentials | None = None,
+        *,
+        kubeconfig: str | None = None,
+        source: CredentialSource | None = None,
+    ) -> None:
+        """With `credentials`, those are used as they are; else they come from `source`
+        (default: the process's shared one for `kubeconfig`) on the first request, so
+        synchronous code can build a client that async code connects."""
+        self._fixed = credentials
+        if source is None and credentials is None:
+            source = shared(kubeconfig)
+        self._source = source
+        self._seen = credentials
+        self._session: aiohttp.ClientSession | None = None
+        self._tls: tuple[Credentials | None, ssl.SSLContext | None] = (None, None)
 
     @classmethod
     async def connect(
         cls, kubeconfig: str | None = None, *, context: str | None = None
     ) -> KubeClient:
-        """Load credentials (see load_configuration; `context`: the kubeconfig context
-        to use instead of its current one) and build a client."""
-        return cls(await load_configuration(kubeconfig, context=context))
+        """Load credentials now (CredentialsError now; `context`: the kubeconfig context
+        to use instead of its current one) and build a client that keeps them fresh."""
+        source = shared(kubeconfig, context)
+        client = cls(source=source)
+        client._seen = await source.get()
+        return client
 
     @classmethod
     def lazy(cls, kubeconfig: str | None = None) -> KubeClient:
         """A client that loads its credentials on first use (CredentialsError then)."""
         return cls(kubeconfig=kubeconfig)
 
-    async def _ensure(self) -> Any:
-        if self._api is None:
-            async with self._lock:
-                if self._api is None:
-                    self._configuration = await load_configuration(self._kubeconfig)
-                    self._api = self._make_api(self._configuration)
-        return self._api
+    async def _credentials(self) -> Credentials:
+        if self._fixed is not None:
+            return self._fixed
+        assert self._source is not None
+        self._seen = await self._source.get()
+        return self._seen
+
+    def _ssl_for(self, creds: Credentials) -> ssl.SSLContext | None:
+        """The TLS context of these credentials, built once per credentials in hand (an
+        exec plugin may hand out a new client certificate)."""
+        if not creds.server.startswith("https:"):
+            return None
+        held, context = self._tls
+        if held is None or (held.ca_data, held.cert_data, held.key_data, held.verify) != (
+            creds.ca_data,
+            creds.cert_data,
+            creds.key_data,
+            creds.verify,
+        ):
+            context = ssl_context(creds)
+        self._tls = (creds, context)
+        return context
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=POOL_SIZE),
+                # $HTTPS_PROXY / $NO_PROXY, as the official client honours them.
+                trust_env=True,
+                read_bufsize=READ_BUFFER,
+            )
+        return self._session
 
     @property
     def host(self) -> str:
-        return "" if self._configuration is None else str(self._configuration.host)
+        """The API server's URL, once credentials are loaded."""
+        return "" if self._seen is None else self._seen.server
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -205,8 +208,9 @@ class KubeClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._api is not None:
-            await self._api.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def _send(
         self,
@@ -219,32 +223,57 @@ class KubeClient:
         client_timeout: aiohttp.ClientTimeout,
         what: str,
     ) -> aiohttp.ClientResponse:
-        """Send a request; return the open response (the caller reads and releases it)."""
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        api = await self._ensure()
+        """Send a request; return the open response (the caller reads and releases it).
+        A 401 renews the credentials (the child again, or the token file) and, if that
+        gave other ones, sends the request once more."""
+        data = None if body is None else json.dumps(dict(body))
+        creds = await self._credentials()
+        response = await self._send_once(
+            creds, method, path, query, data, content_type, client_timeout, what
+        )
+        if response.status != 401 or self._fixed is not None or self._source is None:
+            return response
+        fresh = await self._source.renew(creds)
+        if fresh is None:
+            return response
+        response.release()
+        self._seen = fresh
+        return await self._send_once(
+            fresh, method, path, query, data, content_type, client_timeout, what
+        )
+
+    async def _send_once(
+        self,
+        creds: Credentials,
+        method: str,
+        path: str,
+        query: Query,
+        data: str | None,
+        content_type: str,
+        client_timeout: aiohttp.ClientTimeout,
+        what: str,
+    ) -> aiohttp.ClientResponse:
+        headers = {"Accept": JSON, "Content-Type": content_type, "User-Agent": USER_AGENT}
+        if creds.authorization:
+            headers["Authorization"] = creds.authorization
+        extra: dict[str, Any] = {}
+        if creds.tls_server_name:
+            extra["server_hostname"] = creds.tls_server_name
+        if creds.proxy:
+            extra["proxy"] = creds.proxy
         try:
-            params = await api.param_serialize(
-                method=method,
-                resource_path=path,
-                query_params=list(query) or None,
-                header_params=headers,
-                body=dict(body) if body is not None else None,
-                auth_settings=["BearerToken"],
-            )
-            method_, url, header_params, body_, post_params = params
-            rest = await api.call_api(
-                method_,
-                url,
-                header_params=header_params,
-                body=body_,
-                post_params=post_params,
-                _request_timeout=client_timeout,
-                _preload_content=False,
+            return await self._open_session().request(
+                method,
+                creds.server + path,
+                params=list(query) or None,
+                data=data,
+                headers=headers,
+                timeout=client_timeout,
+                ssl=self._ssl_for(creds) or True,
+                **extra,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise ApiUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
-        response: aiohttp.ClientResponse = rest.response
-        return response
 
     async def request(
         self,

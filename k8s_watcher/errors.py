@@ -1,7 +1,7 @@
 """kube-bgpd's own errors for talking to the Kubernetes API, and how to react to each.
 
-The client library (`kubernetes.aio`, aiohttp underneath) raises its own exception types;
-callers outside this package must not depend on them, because the client can be replaced.
+The HTTP library (aiohttp) raises its own exception types; callers outside this package
+must not depend on them, because the client can be replaced.
 Every failure is turned into one of the classes below (``raise ... from exc`` keeps the
 cause), and each class says what the caller should do with it, like MetalLB's SyncState:
 

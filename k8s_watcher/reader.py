@@ -130,26 +130,14 @@ async def read_status_objects(
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
     """The namespace of the kubeconfig context in use (kubectl's default for -n), None
-    when it names none or there is no kubeconfig."""
-    import os
+    when it names none, there is no kubeconfig, or the credentials fail (the command says
+    that when it connects: the credentials child's answer is kept for it)."""
+    import asyncio
 
-    from kubernetes.config import kube_config as _kube_config
+    from k8s_watcher.client import load_credentials
+    from k8s_watcher.errors import CredentialsError
 
-    from k8s_watcher.client import resolve_kubeconfig
-
-    # The client is untyped; keep its surface Any here.
-    kube_config: Any = _kube_config
-    path = resolve_kubeconfig(kubeconfig, os.environ)
-    if path is None:
-        return None
     try:
-        contexts, active = kube_config.list_kube_config_contexts(config_file=path.split(":")[0])
-    except Exception:  # the client's loader raises anything; credentials say it later
+        return asyncio.run(load_credentials(kubeconfig, context=context)).namespace
+    except CredentialsError:
         return None
-    chosen = (
-        active if context is None else next((c for c in contexts if c["name"] == context), None)
-    )
-    if not isinstance(chosen, Mapping):
-        return None
-    ns = (chosen.get("context") or {}).get("namespace")
-    return ns if isinstance(ns, str) and ns else None

@@ -53,6 +53,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if not args.cluster_file:
+        # The credentials child (about a second: it imports the official client) runs
+        # while this process imports and parses; _preflight collects its answer.
+        from k8s_watcher.credentials import shared
+
+        shared(args.kubeconfig).start_early()
     import asyncio
 
     from prometheus_client import CollectorRegistry
@@ -272,11 +278,12 @@ def _preflight(args: argparse.Namespace) -> str | None:
         except DumpError as exc:
             return f"cluster file {args.cluster_file}: {exc}"
         return None
-    from k8s_watcher.client import load_configuration
+    from k8s_watcher.client import load_credentials
     from k8s_watcher.errors import CredentialsError
 
     try:
-        asyncio.run(load_configuration(args.kubeconfig))
+        # Kept for the daemon's clients: the credentials child runs once.
+        asyncio.run(load_credentials(args.kubeconfig))
     except CredentialsError as exc:
         return exc.message
     return None

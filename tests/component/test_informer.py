@@ -27,7 +27,8 @@ from k8s_kit import (
 )
 
 from bgpd.model import Node, Service
-from k8s_watcher.client import KubeClient, load_configuration
+from k8s_watcher.client import KubeClient, load_credentials
+from k8s_watcher.credentials import Credentials
 from k8s_watcher.informer import NODES, SERVICES, Informer, InformerTiming
 from kbgpd_lab.apisim import ApiSimulator
 from kbgpd_lab.kit.waiting import wait_until_async
@@ -297,8 +298,8 @@ class PagingHook(KubeClient):
     """The real client, with a hook run after each LIST page (not after watches): lets a
     test act between pages of one paged list, which no timing can hit reliably."""
 
-    def __init__(self, configuration: Any, hook: Callable[[int], None]) -> None:
-        super().__init__(configuration)
+    def __init__(self, credentials: Credentials, hook: Callable[[int], None]) -> None:
+        super().__init__(credentials)
         self.pages = 0
         self._hook = hook
 
@@ -333,8 +334,8 @@ async def test_410_inside_a_paged_relist_restarts_it_and_keeps_the_old_cache(
                 sim.store.create(node("unrelated"))
                 sim.compact()
 
-        configuration = await load_configuration(str(kubeconfig))
-        async with PagingHook(configuration, hook) as client:
+        credentials = await load_credentials(str(kubeconfig))
+        async with PagingHook(credentials, hook) as client:
             informer = Informer(client, SERVICES, rec, timing=FAST)
             async with running(informer.run(), "informer"):
                 await wait_until_async(lambda: informer.has_synced, what="first list")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from k8s_watcher.client import KubeClient, kubeconfig_candidates, object_path, resolve_kubeconfig
+from k8s_watcher.client import KubeClient, object_path
+from k8s_watcher.credentials import kubeconfig_candidates, resolve_kubeconfig
 from k8s_watcher.errors import (
     ApiUnavailable,
     Conflict,
