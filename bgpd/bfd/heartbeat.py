@@ -138,16 +138,17 @@ class BfdWatchdog:
         assert proc is not None
         assert proc.stderr is not None
         while line := await proc.stderr.readline():
-            words = line.decode(errors="replace").split()
-            if not words or not words[0].startswith("bfd.watchdog_"):
-                continue
+            words = line.decode(errors="replace").split() or [""]
             fields = dict(w.split("=", 1) for w in words[1:] if "=" in w)
-            log(_logger, logging.WARNING, words[0], **fields)
-            if words[0] != "bfd.watchdog_killed":
-                continue
-            self.kills += 1
-            if self.on_kill is not None and fields.get("pid", "").isdigit():
-                self.on_kill(int(fields["pid"]))
+            if words[0] == "bfd.watchdog_stopped_exabgp":
+                log(_logger, logging.WARNING, "bfd.watchdog_stopped_exabgp", **fields)
+            elif words[0] == "bfd.watchdog_continued_exabgp":
+                log(_logger, logging.INFO, "bfd.watchdog_continued_exabgp", **fields)
+            elif words[0] == "bfd.watchdog_killed":
+                log(_logger, logging.WARNING, "bfd.watchdog_killed", **fields)
+                self.kills += 1
+                if self.on_kill is not None and fields.get("pid", "").isdigit():
+                    self.on_kill(int(fields["pid"]))
         return await proc.wait()
 
     async def _close(self) -> None:
