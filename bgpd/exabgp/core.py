@@ -406,21 +406,26 @@ class DriverCore:
         configured holds nothing; a forgotten peer that is configured (new to ExaBGP, or
         re-keyed) may hold nothing or, had a newer file put its old neighbour back, what
         it held: its prefixes become uncertain (announced again if wanted, withdrawn if
-        not). Everything is planned again after the settle."""
+        not). The same holds for the peers a reload not sent yet forgets: the newest file,
+        which that reload is for, may be the one ExaBGP just loaded (found by the reload
+        state machine: a peer re-keyed by a second reconfiguration while the first reload
+        was in flight was reported accepted, and ExaBGP held nothing for it). Everything
+        is planned again after the settle."""
         forgotten, self._reload_sent = self._reload_sent or set(), None
         if not done:
             # ExaBGP 5.0.15 always answers done; should one refuse, ask again.
             log(_logger, logging.ERROR, "driver.reload_refused")
             self._reload_due = (self._reload_due or set()) | forgotten
             return
+        maybe = forgotten | (self._reload_due or set())
         for peer in sorted(
-            set(self._accepted) | set(self._uncertain) | self._advertised.peers() | forgotten
+            set(self._accepted) | set(self._uncertain) | self._advertised.peers() | maybe
         ):
             if peer not in self._neighbors:
                 self._uncertain.pop(peer, None)
                 self._advertised.drop(peer)
                 self._forget(peer, at)
-            elif peer in forgotten:
+            elif peer in maybe:
                 held = self._forget(peer, at)
                 self._uncertain.setdefault(peer, set()).update(held)
         self._sent_with_uncertain()

@@ -326,6 +326,39 @@ def test_removed_peer_is_forgotten_at_the_reload_answer_and_a_lost_answer_reload
     assert c.converged
 
 
+def test_a_peer_rekeyed_while_a_reload_is_in_flight_is_not_reported_accepted() -> None:
+    """ExaBGP answers a reload and loads the file as it is then: a second reconfiguration
+    written meanwhile (b's ASN changed: a new session key, its adj-rib-out empty) may be
+    in force already, so b's routes are uncertain, not accepted, until its own reload is
+    answered and they are sent again (the state machine below found this)."""
+    first, second = (
+        rendering(NB),
+        rendering(nb("a", "192.0.2.1", hold=30), nb("b", "192.0.2.2", asn=65002)),
+    )
+    c = started((NA, NB))
+    c.apply({B: {net("10.0.0.1/32"): PLAIN}})
+    while cmds := c.next_commands(0.0):
+        for _ in cmds:
+            c.on_ack(True, 0.0)
+    assert B in c.accepted()
+    verdict = reconfiguration(rendering(NA, NB), first)
+    c.reload(first.neighbors, verdict.forgotten)
+    assert [x.kind for x in c.next_commands(1.0)] == [CommandKind.RELOAD]
+    verdict = reconfiguration(first, second)
+    assert B in verdict.forgotten
+    c.reload(second.neighbors, verdict.forgotten)
+    c.on_ack(True, 1.0)  # the first reload answered: the second file may be in force
+    assert B not in c.accepted()
+    assert [x.kind for x in c.next_commands(2.0)] == [CommandKind.RELOAD]
+    c.on_ack(True, 2.0)
+    now = 2.0
+    while not c.converged and now < 10.0:
+        now += 0.5
+        for _ in c.next_commands(now):
+            c.on_ack(True, now)
+    assert c.accepted() == {B: {net("10.0.0.1/32"): PLAIN}}
+
+
 class ExaBGPReloads(RuleBasedStateMachine):
     """A simulated ExaBGP keyed like 5.0.15: an adj-rib-out per session key, a
     configuration file the runtime rewrites and a ``reload`` command that makes it the
