@@ -90,6 +90,7 @@ from __future__ import annotations
 import bisect
 import functools
 import ipaddress
+import math
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -979,6 +980,10 @@ _K = TypeVar("_K", tuple[str, int, int, str, str], tuple[str, str, str])
 _V = TypeVar("_V")
 
 
+def _first(pair: tuple[RouteKey, Route]) -> RouteKey:
+    return pair[0]
+
+
 def _insort(order: list[_K], items: list[_V], key: _K, item: _V) -> None:
     """Insert `item` at the place of `key` in the sorted `order` (items follow order)."""
     at = bisect.bisect_left(order, key)
@@ -1250,7 +1255,11 @@ class Decider:
 
     def _rebuild(self, dirty: set[RouteKey]) -> None:
         """Merge again the routes whose contributions changed; keep the order sorted. A
-        route that merges to an equal Route keeps its object (and is no change)."""
+        route that merges to an equal Route keeps its object (and is no change). New
+        routes are put in their places after the loop: one at a time while few, by one
+        sort when many (a first pass: inserting 30,000 routes one by one moves the lists'
+        tails each time, quadratic, ~0.7 s at 30,000 routes)."""
+        added: list[tuple[RouteKey, Route]] = []
         for target in dirty:
             group = self._groups.get(target)
             old = self._routes.get(target)
@@ -1277,19 +1286,29 @@ class Decider:
             peer_name, prefix, *_ = contributions[0]
             route, left_out = merged.build(peer_name, prefix)
             self._set_route_notices(target, left_out)
-            at = bisect.bisect_left(self._route_order, target)
             if old is None:
-                self._route_order.insert(at, target)
-                self._route_list.insert(at, route)
+                added.append((target, route))
                 self.desired_changed = True
             elif old == route:
                 continue
             else:
-                self._route_list[at] = route
+                self._route_list[bisect.bisect_left(self._route_order, target)] = route
                 self.desired_changed |= old.attributes != route.attributes
             self._routes[target] = route
             self._by_peer.setdefault(peer_name, {})[prefix] = route.attributes
             self._changed(route)
+        if len(added) <= max(16, math.isqrt(len(self._route_order))):
+            for target, route in added:
+                at = bisect.bisect_left(self._route_order, target)
+                self._route_order.insert(at, target)
+                self._route_list.insert(at, route)
+        elif added:
+            pairs = sorted(
+                [*zip(self._route_order, self._route_list, strict=True), *added],
+                key=_first,
+            )
+            self._route_order = [target for target, _ in pairs]
+            self._route_list = [route for _, route in pairs]
 
     def _set_route_notices(self, target: RouteKey, notices: tuple[Notice, ...]) -> None:
         """Replace the notices route `target`'s merge gave last time with `notices`."""

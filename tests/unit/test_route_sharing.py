@@ -11,7 +11,7 @@ from typing import Any
 
 from clusterkit import adv, cluster, config, ep, eps, node, peer, pool, svc
 
-from bgpd.decision import Decider, aggregate
+from bgpd.decision import Decider, aggregate, decide
 from bgpd.model import NodeName, ServiceKey
 from bgpd.objects import service_from_api
 from bgpd.speaker import attribute_state
@@ -135,3 +135,22 @@ def test_the_source_keeps_one_tuple_of_slices_per_service() -> None:
     source._on_slice("default/web-a", a2, None)
     source._on_slice("default/web-b", b, None)
     assert key not in source._slices
+
+
+def test_many_new_routes_at_once_are_ordered_as_decide_orders_them() -> None:
+    # More new routes than max(16, sqrt(n)) are put in place by one sort, not one by one.
+    wide = config(
+        pools=[pool("p", "10.99.0.0/22")],
+        peers=CFG.peers,
+        advertisements=CFG.advertisements,
+    )
+    keys = [f"default/s{i}" for i in range(300)]
+    services = [svc(k, f"10.99.{i % 3}.{i // 3 + 1}") for i, k in enumerate(keys)]
+    slices = [eps(k, ep("n1")) for k in keys]
+    decider = Decider()
+    few = cluster(services[:40], slices[:40], [node("n1")])
+    assert decider.decide(wide, few, N1) == decide(wide, few, N1)
+    everything = cluster(services, slices, [node("n1")])
+    got = decider.decide(wide, everything, N1, changed={ServiceKey(k) for k in keys[40:]})
+    assert got == decide(wide, everything, N1)
+    assert len(got.routes) == 300
