@@ -144,12 +144,8 @@ _logger = logging.getLogger("bgpd.speaker")
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
 #: The heap is settled (bgpd.speaker.heap.settle) once the first decision's routes are
-#: all accepted and sent on every established session, or this many seconds after the
-#: first decision at the latest.
+#: all accepted, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
-#: How often the heap-freeze task looks whether ExaBGP reported every route sent (the
-#: driver has no event per UPDATE report).
-GC_FREEZE_POLL = 0.2
 #: The status objects are first written once the first decision's routes are
 #: acknowledged and every session is up, or this many seconds after the first decision
 #: at the latest (a session that needs longer is down, and the objects say so).
@@ -831,16 +827,9 @@ class Speaker:
         return {"cluster": self.source.synced}
 
     async def _freeze_heap_once(self) -> None:
-        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP
-        and ExaBGP reported them sent on every established session: the reports come
-        after the acknowledgements, and parsing them leaves the first sync's last garbage
-        (settled at the acknowledgements, a daemon with 10,000 Services was ~15 MiB
-        larger once the routes were at the router)."""
+        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP."""
         await self._first_decision.wait()
-        deadline = time.monotonic() + GC_FREEZE_WITHIN
         await self.driver.wait_converged(within=GC_FREEZE_WITHIN)
-        while self._status_unsettled() and time.monotonic() < deadline:
-            await asyncio.sleep(GC_FREEZE_POLL)
         started = time.monotonic()
         done = heap.settle()
         log(

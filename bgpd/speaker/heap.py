@@ -5,10 +5,11 @@ The first sync allocates far more than it keeps: the initial LIST's JSON (or a c
 dump's text), the parsed API objects converted and dropped one at a time, the first
 decision's intermediate sets and lists. CPython frees those objects, but glibc's
 allocator keeps the freed memory in its heap (only memory at the top of the heap or in
-whole mmap'd chunks goes back by itself): measured at 10,000 Services from a JSON dump,
-the daemon's RSS stayed at ~110 MiB after the first sync while ~80 MiB were in use;
-``malloc_trim(0)`` returns the free pages of every arena to the system (``madvise``), and
-the RSS fell to ~79 MiB (docs/benchmarks.md "Memory"). On a C library without
+whole mmap'd chunks goes back by itself). ``malloc_trim(0)`` returns the free pages of
+every arena to the system (``madvise``). How much that is depends on what the first
+sync left behind: measured at 10,000 Services from a JSON dump, ~2 MiB when the routes
+went out once, 31 MiB (110 -> 79 MiB RSS) in a run where ExaBGP's session flapped and
+the driver replayed the routes (docs/benchmarks.md "Memory"). On a C library without
 ``malloc_trim`` (musl) nothing is trimmed and nothing fails.
 
 This module does no logging; the caller reports what ``settle()`` returns.
