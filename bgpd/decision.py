@@ -602,31 +602,49 @@ def shared_attributes(attributes: RouteAttributes) -> RouteAttributes:
     return attributes
 
 
-@functools.lru_cache(maxsize=65536)
+#: aggregate()'s memo of host routes (/32, /128: nearly every route), by the Service's IP:
+#: a dictionary entry costs ~40 bytes where functools.lru_cache's key tuple and list
+#: cost ~150 (1 MiB at 10,000 Services). Emptied when it reaches _HOST_ROUTES_MAX.
+_HOST_ROUTES: dict[IPAddress, IPNetwork] = {}
+_HOST_ROUTES_MAX = 1 << 17
+
+
 def aggregate(ip: IPAddress, length: int) -> IPNetwork:
     """The network of `ip` at prefix length `length` (host bits cleared). Built from
     integers: ip_network((ip, n), strict=False) costs 4 times as much, which shows at
     10,000 Services; memoised because the same few thousand (ip, length) pairs recur on
     every pass (bounded, and the networks are immutable, so sharing them is safe).
 
-    A host route (/32, /128: nearly every route) is trimmed to what a network needs:
-    its network address is `ip` itself rather than an equal copy, and ipaddress's
-    per-instance `hosts` closure (which it gives every /32 and /128, ~190 bytes each;
-    nothing in kube-bgpd calls hosts() on a route) is dropped. Together ~2.5 MiB at
-    10,000 Services; the network is equal to, and hashes as, an untrimmed one."""
-    bits = ip.max_prefixlen - length
-    net = (int(ip) >> bits) << bits
-    network: IPNetwork
-    if ip.version == 4:
-        network = ipaddress.IPv4Network((net, length))
-    else:
-        network = ipaddress.IPv6Network((net, length))
-    if bits == 0:
+    A host route is trimmed to what a network needs: its network address is `ip`
+    itself rather than an equal copy, and ipaddress's per-instance `hosts` closure
+    (which it gives every /32 and /128, ~190 bytes each; nothing in kube-bgpd calls
+    hosts() on a route) is dropped. Together ~2.5 MiB at 10,000 Services; the network
+    is equal to, and hashes as, an untrimmed one."""
+    if length != ip.max_prefixlen:
+        return _aggregate_network(ip, length)
+    network = _HOST_ROUTES.get(ip)
+    if network is None:
+        network = _network(ip, length)
         network.__dict__.pop("hosts", None)
         # Not an IPv6 address with a zone (fe80::1%eth0): the network has none.
         if getattr(ip, "scope_id", None) is None:
             network.network_address = ip
+        if len(_HOST_ROUTES) >= _HOST_ROUTES_MAX:
+            _HOST_ROUTES.clear()
+        _HOST_ROUTES[ip] = network
     return network
+
+
+def _network(ip: IPAddress, length: int) -> IPNetwork:
+    bits = ip.max_prefixlen - length
+    net = (int(ip) >> bits) << bits
+    if ip.version == 4:
+        return ipaddress.IPv4Network((net, length))
+    return ipaddress.IPv6Network((net, length))
+
+
+#: aggregate() of a prefix shorter than a host route: one of a few aggregates.
+_aggregate_network = functools.lru_cache(maxsize=65536)(_network)
 
 
 @functools.lru_cache(maxsize=65536)

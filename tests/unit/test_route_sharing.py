@@ -11,6 +11,7 @@ from typing import Any
 
 from clusterkit import adv, cluster, config, ep, eps, node, peer, pool, svc
 
+from bgpd import decision as decision_module
 from bgpd.decision import Decider, aggregate, decide
 from bgpd.model import NodeName, ServiceKey
 from bgpd.objects import service_from_api
@@ -46,6 +47,10 @@ def test_a_host_route_prefix_is_the_service_ip_without_a_closure() -> None:
     v6 = ipaddress.ip_address("fd00::7")
     assert "hosts" not in vars(aggregate(v6, 128))
     assert aggregate(v6, 128).network_address is v6
+    # Memoised by the IP in a plain dictionary, not an lru_cache (a key tuple and a list
+    # per route).
+    assert aggregate(ip, 32) is prefix
+    assert decision_module._HOST_ROUTES[ip] is prefix
     # A zoned address keeps its own (zone-less) network address: the text is unchanged.
     zoned = ipaddress.ip_address("fe80::1%eth0")
     assert str(aggregate(zoned, 128)) == "fe80::1/128"
@@ -109,8 +114,8 @@ def test_services_with_equal_ports_and_families_share_them() -> None:
 def test_saved_attributes_are_shared_between_services() -> None:
     text = attribute_state.dumps(
         {
-            ServiceKey(f"default/s{i}"): decision.routes[0].attributes
-            for i, decision in enumerate([Decider().decide(CFG, _cluster(1), N1)] * 3)
+            ServiceKey(f"default/s{i}"): got.routes[0].attributes
+            for i, got in enumerate([Decider().decide(CFG, _cluster(1), N1)] * 3)
         }
     )
     loaded = attribute_state.loads(text)
