@@ -217,7 +217,6 @@ class KubernetesSource:
         #: indexes, which snapshots share rather than copy (see _Index).
         self._service_index: _Index[ServiceKey, Service] = _Index()
         self._services = self._service_index.live
-        #: service key -> slice key -> slice
         #: Per Service, its EndpointSlices ordered by name (so a snapshot does not depend
         #: on the order objects arrived in): the tuple snapshots hand out, kept as it is
         #: rather than rebuilt from a dict per Service (a dict per Service costs ~180
