@@ -12,7 +12,8 @@ tasks:
 * ``convergence`` times "decision applied -> ExaBGP accepted" for the metrics,
 * ``heap-freeze`` once the first decision's routes are accepted, collects and
   freezes the heap and hands the freed memory back (``bgpd.speaker.heap``: later full
-  collections skip the first sync's objects),
+  collections skip the first sync's objects); later, hands freed memory back whenever
+  the RSS grew,
 * ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
   answers (bgpd.speaker.probe) into the verdicts (bgpd.speaker.dataplane): the node's goes
   to the drain, the whole to decide() as a DataPlane,
@@ -826,8 +827,9 @@ class Speaker:
             return self._kinds.kinds_synced()
         return {"cluster": self.source.synced}
 
-    async def _freeze_heap_once(self) -> None:
-        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP."""
+    async def _settle_heap(self) -> None:
+        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP;
+        then, every heap.RELEASE_INTERVAL, heap.release_if_grown()."""
         await self._first_decision.wait()
         await self.driver.wait_converged(within=GC_FREEZE_WITHIN)
         started = time.monotonic()
@@ -841,6 +843,21 @@ class Speaker:
             rss_mib=round(done.rss_after / 2**20, 1),
             released_mib=round((done.rss_before - done.rss_after) / 2**20, 1),
         )
+        # Later bursts (a /status answer, a re-list, a big change) leave freed memory
+        # behind too: hand it back when the RSS grew.
+        since = done.rss_after
+        while True:
+            await asyncio.sleep(heap.RELEASE_INTERVAL)
+            got = heap.release_if_grown(since)
+            if got is not None:
+                before, since = got
+                log(
+                    _logger,
+                    logging.DEBUG,
+                    "speaker.heap_released",
+                    rss_mib=round(since / 2**20, 1),
+                    released_mib=round((before - since) / 2**20, 1),
+                )
 
     async def _convergence(self) -> None:
         """Time "decision applied -> ExaBGP accepted everything", and the total."""
@@ -1177,7 +1194,7 @@ class Speaker:
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
-                tg.create_task(self._freeze_heap_once(), name="heap-freeze")
+                tg.create_task(self._settle_heap(), name="heap-freeze")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self._publisher is not None:

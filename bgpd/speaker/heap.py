@@ -69,6 +69,24 @@ def release() -> bool:
     return True
 
 
+#: Seconds between two looks at the RSS after the first sync (release_if_grown()).
+RELEASE_INTERVAL = 30.0
+#: Growth of the RSS since the last release that makes the next look hand memory back:
+#: answering /status at 10,000 routes left the daemon ~14 MiB larger.
+RELEASE_GROWTH = 4 * 2**20
+
+
+def release_if_grown(since: int, *, growth: int = RELEASE_GROWTH) -> tuple[int, int] | None:
+    """When the RSS grew by `growth` bytes or more since `since` (bytes, the RSS after
+    the last release), hand the free memory back: (RSS before, RSS after). None when it
+    did not grow that much, or nothing can be handed back (no malloc_trim). Cheap: one
+    read of /proc and, when due, a trim (~0.3 ms at 100 MiB)."""
+    before = rss_bytes()
+    if before - since < growth or not release():
+        return None
+    return before, rss_bytes()
+
+
 def settle() -> Settled:
     """Collect, then move every object alive now (the first sync's Services, slices and
     routes: 300,000 objects at 10,000 Services) to the permanent generation, then give

@@ -37,3 +37,19 @@ def test_settle_freezes_and_hands_freed_memory_back(unfrozen: None) -> None:
     assert done.frozen == gc.get_freeze_count() > 0
     assert done.rss_before - done.rss_after >= 16 * 2**20
     assert len(kept) == 2_000
+
+
+def test_release_if_grown_hands_back_only_after_growth() -> None:
+    now = heap.rss_bytes()
+    assert heap.release_if_grown(now, growth=64 * 2**20) is None
+    kept: list[bytes] = []
+    dropped: list[bytes] = []
+    for i in range(2_000):
+        dropped.append(bytes(16_000) + i.to_bytes(4, "big"))
+        kept.append(bytes(600) + i.to_bytes(4, "big"))
+    del dropped
+    got = heap.release_if_grown(now, growth=8 * 2**20)
+    assert got is not None
+    before, after = got
+    assert before - after >= 16 * 2**20
+    assert len(kept) == 2_000
