@@ -17,21 +17,26 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()
 
 
-def test_malloc_trim_is_found_on_glibc() -> None:
-    # The image and CI run on glibc; without the symbol the speaker would silently keep
-    # the first sync's freed memory (~30 MiB at 10,000 Services).
-    assert heap.MALLOC_TRIM is not None
-
-
-def test_settle_freezes_and_hands_freed_memory_back(unfrozen: None) -> None:
-    # Freed blocks between live ones, as the first sync leaves them: glibc does not give
-    # back memory below a live block by itself.
+def _freed_between_live() -> list[bytes]:
+    """~32 MB freed in blocks between live ones, as the first sync leaves them: glibc
+    does not give back memory below a live block by itself. The live blocks are
+    returned (keep them)."""
     kept: list[bytes] = []
     dropped: list[bytes] = []
     for i in range(2_000):
         dropped.append(bytes(16_000) + i.to_bytes(4, "big"))
         kept.append(bytes(600) + i.to_bytes(4, "big"))
-    del dropped
+    return kept
+
+
+def test_malloc_trim_is_found_on_glibc() -> None:
+    # The image and CI run on glibc; without the symbol the speaker would silently keep
+    # the first sync's freed memory (2-31 MiB at 10,000 Services, docs/benchmarks.md).
+    assert heap.MALLOC_TRIM is not None
+
+
+def test_settle_freezes_and_hands_freed_memory_back(unfrozen: None) -> None:
+    kept = _freed_between_live()
     done = heap.settle()
     assert done.trimmed
     assert done.frozen == gc.get_freeze_count() > 0
@@ -42,12 +47,7 @@ def test_settle_freezes_and_hands_freed_memory_back(unfrozen: None) -> None:
 def test_release_if_grown_hands_back_only_after_growth() -> None:
     now = heap.rss_bytes()
     assert heap.release_if_grown(now, growth=64 * 2**20) is None
-    kept: list[bytes] = []
-    dropped: list[bytes] = []
-    for i in range(2_000):
-        dropped.append(bytes(16_000) + i.to_bytes(4, "big"))
-        kept.append(bytes(600) + i.to_bytes(4, "big"))
-    del dropped
+    kept = _freed_between_live()
     got = heap.release_if_grown(now, growth=8 * 2**20)
     assert got is not None
     before, after = got
