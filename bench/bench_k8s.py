@@ -233,9 +233,12 @@ class Speaker:
         return {k: (v[0], int(v[1])) for k, v in got.items()}
 
     def rss(self) -> tuple[int, int, int]:
-        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper)."""
+        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper). The
+        daemon's is read first: answering /status (which names ExaBGP's pid) renders
+        every route, and the daemon's RSS keeps that peak (~14 MiB at 10,000 routes)."""
+        daemon = rss_kb(self.child.pid)
         exa = int(json.loads(self.get("/status"))["exabgp"]["pid"])
-        return rss_kb(self.child.pid), rss_kb(exa), children_rss_kb(exa)
+        return daemon, rss_kb(exa), children_rss_kb(exa)
 
     def stop(self) -> None:
         self.group.stop()

@@ -108,7 +108,7 @@ async def run(services: int, changes: int, work: Path) -> None:
         for k in range(changes):
             i = k % 10
             key = f"default/s{i}-a"
-            previous = source._slices[ServiceKey(f"default/s{i}")][key]
+            (previous,) = source._slices[ServiceKey(f"default/s{i}")]
             new = endpoint_slice_from_api(node1_slice(f"s{i}", k % 20 >= 10))
             step_times.clear()
             start = time.perf_counter()

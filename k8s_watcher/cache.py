@@ -189,6 +189,10 @@ class _Index(Generic[K, V]):
         return self._mapping
 
 
+def _slice_name(s: EndpointSlice) -> str:
+    return s.name
+
+
 class KubernetesSource:
     """Implements bgpd.reconciler.SnapshotSource on informers.
 
@@ -213,10 +217,12 @@ class KubernetesSource:
         #: indexes, which snapshots share rather than copy (see _Index).
         self._service_index: _Index[ServiceKey, Service] = _Index()
         self._services = self._service_index.live
-        #: service key -> slice key -> slice
-        self._slices: dict[ServiceKey, dict[str, EndpointSlice]] = {}
+        #: Per Service, its EndpointSlices ordered by name (so a snapshot does not depend
+        #: on the order objects arrived in): the tuple snapshots hand out, kept as it is
+        #: rather than rebuilt from a dict per Service (a dict per Service costs ~180
+        #: bytes, 1.8 MiB at 10,000 Services; a Service has one slice or a few).
         self._slice_index: _Index[ServiceKey, tuple[EndpointSlice, ...]] = _Index()
-        self._slice_tuples = self._slice_index.live
+        self._slices = self._slice_index.live
         self._nodes: dict[NodeName, Node] = {}
         self._namespaces: dict[str, Namespace] = {}
         self._dirty: set[ServiceKey] = set()
@@ -271,20 +277,13 @@ class KubernetesSource:
 
     def snapshot(self) -> ClusterSnapshot:
         """The cluster now, as far as we know. Cheap when nothing changed (the same object
-        is returned); otherwise the dirty Services' slice groups are rebuilt, the big
-        indexes are handed out as layers over a shared copy (_Index: an endpoint change
-        copies neither 10,000 Services nor 10,000 slice groups) and only the small ones
-        that changed are copied, so a snapshot never changes after it was handed out."""
+        is returned); otherwise the big indexes are handed out as layers over a shared
+        copy (_Index: an endpoint change copies neither 10,000 Services nor 10,000 slice
+        groups) and only the small ones that changed are copied, so a snapshot never
+        changes after it was handed out."""
         if self._snapshot is not None and not self._dirty:
             self.last_snapshot = self._snapshot
             return self._snapshot
-        for key in self._dirty:
-            by_name = self._slices.get(key)
-            if by_name:
-                self._slice_tuples[key] = tuple(sorted(by_name.values(), key=lambda s: s.name))
-            else:
-                self._slice_tuples.pop(key, None)
-            self._slice_index.touch(key)
         self._dirty.clear()
         built, parts = self._built, self._changed_parts
 
@@ -389,18 +388,22 @@ class KubernetesSource:
 
     def _on_slice(self, key: str, old: EndpointSlice | None, new: EndpointSlice | None) -> None:
         touched: set[ServiceKey] = set()
-        if old is not None and old.service_key is not None:
-            group = self._slices.get(old.service_key)
-            if group is not None:
-                group.pop(key, None)
-                if not group:
-                    del self._slices[old.service_key]
-            touched.add(old.service_key)
-        if new is not None and new.service_key is not None:
-            self._slices.setdefault(new.service_key, {})[key] = new
-            touched.add(new.service_key)
+        slices = self._slices
+        if old is not None and (skey := old.service_key) is not None:
+            rest = tuple(s for s in slices.get(skey, ()) if s.name != old.name)
+            if rest:
+                slices[skey] = rest
+            else:
+                slices.pop(skey, None)
+            touched.add(skey)
+        if new is not None and (skey := new.service_key) is not None:
+            rest = tuple(s for s in slices.get(skey, ()) if s.name != new.name)
+            slices[skey] = tuple(sorted((*rest, new), key=_slice_name))
+            touched.add(skey)
         if not touched:
             return
+        for skey in touched:
+            self._slice_index.touch(skey)
         self._dirty.update(touched)
         if self._touched is not None:
             self._touched.update(touched)

@@ -11,8 +11,9 @@ tasks:
   the group,
 * ``convergence`` times "decision applied -> ExaBGP accepted" for the metrics,
 * ``heap-freeze`` once the first decision's routes are accepted, collects and
-  freezes the heap (``_freeze_heap``: later full collections skip the first sync's
-  objects),
+  freezes the heap and hands the freed memory back (``bgpd.speaker.heap``: later full
+  collections skip the first sync's objects); later, hands freed memory back whenever
+  the RSS grew,
 * ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
   answers (bgpd.speaker.probe) into the verdicts (bgpd.speaker.dataplane): the node's goes
   to the drain, the whole to decide() as a DataPlane,
@@ -53,7 +54,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import signal
 import sys
@@ -109,7 +109,7 @@ from bgpd.model import (
 )
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import Pass, PassResult, Reconciler
-from bgpd.speaker import attribute_state, cluster_status, drain
+from bgpd.speaker import attribute_state, cluster_status, drain, heap
 from bgpd.speaker.bfd_follow import BfdFollow, say_goodbye
 from bgpd.speaker.dataplane import (
     DataPlaneState,
@@ -144,27 +144,13 @@ _logger = logging.getLogger("bgpd.speaker")
 
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
-#: The heap is collected and frozen (_freeze_heap) once the first decision's routes are
+#: The heap is settled (bgpd.speaker.heap.settle) once the first decision's routes are
 #: all accepted, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
 #: The status objects are first written once the first decision's routes are
 #: acknowledged and every session is up, or this many seconds after the first decision
 #: at the latest (a session that needs longer is down, and the objects say so).
 STATUS_START_WITHIN = 30.0
-
-
-def _freeze_heap() -> None:
-    """Collect, then move every object alive now (the first sync's Services, slices and
-    routes: 300,000 objects at 10,000 Services) to the permanent generation. Python's
-    full collections then no longer walk them: measured at 10,000 Services, a full
-    collection took 80-110 ms, holding the event loop (and every route change) that
-    long whenever allocations triggered one, e.g. during a /metrics scrape; after the
-    freeze 3-18 ms. Frozen objects are still freed by reference counting; only a
-    reference cycle among them would stay (our model objects are frozen and acyclic).
-    Done once, when the first decision's routes are all accepted, so neither the
-    cold start nor a later route change waits for the collection."""
-    gc.collect()
-    gc.freeze()
 
 
 def _route_rows(accepted: DesiredRoutes, advertised: DesiredRoutes) -> list[dict[str, Any]]:
@@ -410,7 +396,9 @@ class Speaker:
         """Carry out the driver core's hold-downs (bgpd.exabgp.flap decides which peers
         and until when): re-render when a session starts being held down (it is rendered
         ``passive``) and when a hold-down ends (it connects again; ExaBGP re-sends the
-        routes it holds for it). Woken by the driver's events and the next end."""
+        routes it holds for it). Woken by the driver's events and the next end; the
+        events queued meanwhile are taken together (a first sync of 30,000 routes queues
+        one event per route: looking once per event cost ~1 s of the event loop)."""
         events = self.driver.subscribe()
         try:
             while True:
@@ -418,6 +406,8 @@ class Speaker:
                 timeout = None if end is None else max(0.0, end - time.time()) + 0.01
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(events.get(), timeout)
+                    while not events.empty():
+                        events.get_nowait()
                 held = self.driver.core.held_down(time.time())
                 if self._rendered_from is not None and held != self._held_rendered:
                     self._render(*self._rendered_from)
@@ -839,19 +829,37 @@ class Speaker:
             return self._kinds.kinds_synced()
         return {"cluster": self.source.synced}
 
-    async def _freeze_heap_once(self) -> None:
-        """See _freeze_heap: once the first decision's routes reached ExaBGP."""
+    async def _settle_heap(self) -> None:
+        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP;
+        then, every heap.RELEASE_INTERVAL, heap.release_if_grown()."""
         await self._first_decision.wait()
         await self.driver.wait_converged(within=GC_FREEZE_WITHIN)
         started = time.monotonic()
-        _freeze_heap()
+        done = heap.settle()
         log(
             _logger,
             logging.INFO,
             "speaker.heap_frozen",
-            objects=gc.get_freeze_count(),
+            objects=done.frozen,
             seconds=round(time.monotonic() - started, 3),
+            rss_mib=round(done.rss_after / 2**20, 1),
+            released_mib=round((done.rss_before - done.rss_after) / 2**20, 1),
         )
+        # Later bursts (a /status answer, a re-list, a big change) leave freed memory
+        # behind too: hand it back when the RSS grew.
+        since = done.rss_after
+        while True:
+            await asyncio.sleep(heap.RELEASE_INTERVAL)
+            got = heap.release_if_grown(since)
+            if got is not None:
+                before, since = got
+                log(
+                    _logger,
+                    logging.DEBUG,
+                    "speaker.heap_released",
+                    rss_mib=round(since / 2**20, 1),
+                    released_mib=round((before - since) / 2**20, 1),
+                )
 
     async def _convergence(self) -> None:
         """Time "decision applied -> ExaBGP accepted everything", and the total."""
@@ -1188,7 +1196,7 @@ class Speaker:
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
-                tg.create_task(self._freeze_heap_once(), name="heap-freeze")
+                tg.create_task(self._settle_heap(), name="heap-freeze")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self._publisher is not None:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from bgpd.decision import shared_attributes
 from bgpd.logs import log
 from bgpd.model import RouteAttributes, ServiceKey
 
@@ -70,11 +71,14 @@ def _optional_int(value: object) -> int | None:
 def _decode(value: object) -> RouteAttributes:
     if not isinstance(value, dict):
         raise ValueError("an object")
-    return RouteAttributes(
-        communities=_strings(value.get("communities", [])),
-        large_communities=_strings(value.get("largeCommunities", [])),
-        local_pref=_optional_int(value.get("localPref")),
-        med=_optional_int(value.get("med")),
+    # Shared: one object per distinct value, not one per Service the file names.
+    return shared_attributes(
+        RouteAttributes(
+            communities=_strings(value.get("communities", [])),
+            large_communities=_strings(value.get("largeCommunities", [])),
+            local_pref=_optional_int(value.get("localPref")),
+            med=_optional_int(value.get("med")),
+        )
     )
 
 
