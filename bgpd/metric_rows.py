@@ -167,14 +167,16 @@ class AnnouncedRows:
             text.lines, text.at = last.lines, last.at
         known, at = text.lines, text.at
         ids = list(map(id, self.routes))
-        new = list(compress(self.routes, map(operator.not_, map(known.__contains__, ids))))
-        if len(known) != len(ids) - len(new):  # some route of the last scrape is gone
-            for gone in known.keys() - set(ids):
-                route = known.pop(gone)[0]
-                if (peer := at.get(route.peer)) is not None and peer.get(route.prefix) is route:
-                    del peer[route.prefix]
-        for route in new:
-            at.setdefault(route.peer, {})[route.prefix] = route
+        new: list[Route] = []
+        if last is None or last.routes is not self.routes:  # else only advertised changed
+            new = list(compress(self.routes, map(operator.not_, map(known.__contains__, ids))))
+            if len(known) != len(ids) - len(new):  # some route of the last scrape is gone
+                for gone in known.keys() - set(ids):
+                    route = known.pop(gone)[0]
+                    if (peer := at.get(route.peer)) is not None and peer.get(route.prefix) is route:
+                        del peer[route.prefix]
+            for route in new:
+                at.setdefault(route.peer, {})[route.prefix] = route
         stale = {id(r): r for r in new}
         if last is not None and last.advertised is not self.advertised:
             for route in self._flipped(last.advertised, at):
