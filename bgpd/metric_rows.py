@@ -131,9 +131,9 @@ class Rows(Protocol):
 class _AnnouncedText:
     routes: tuple[Route, ...]
     advertised: DesiredRoutes
-    #: id(route) -> (the route, its lines). The entry holds the route, so no object that
-    #: lives meanwhile can have its id: an id in here is that route, compared by identity.
-    lines: dict[int, tuple[Route, bytes]] = field(default_factory=dict)
+    #: id(route) -> its lines, for exactly the routes in `routes`: those are held, so no
+    #: other object can have their ids meanwhile, and an id in here is that route.
+    lines: dict[int, bytes] = field(default_factory=dict)
     #: peer -> prefix -> the route at it: where a prefix's advertised state shows.
     at: dict[PeerName, dict[IPNetwork, Route]] = field(default_factory=dict)
     body: bytes = b""
@@ -162,7 +162,7 @@ class AnnouncedRows:
             return last
         text = _AnnouncedText(self.routes, self.advertised)
         if last is not None:
-            # The last scrape's routes are still held (last.lines), so the ids compare
+            # The last scrape's routes are still held (last.routes), so the ids compare
             # the objects; its dictionaries pass on to this one.
             text.lines, text.at = last.lines, last.at
         known, at = text.lines, text.at
@@ -170,9 +170,13 @@ class AnnouncedRows:
         new: list[Route] = []
         if last is None or last.routes is not self.routes:  # else only advertised changed
             new = list(compress(self.routes, map(operator.not_, map(known.__contains__, ids))))
-            if len(known) != len(ids) - len(new):  # some route of the last scrape is gone
-                for gone in known.keys() - set(ids):
-                    route = known.pop(gone)[0]
+            if last is not None and len(known) != len(ids) - len(new):  # some route is gone
+                now = set(ids)
+                before = last.routes
+                for route in compress(
+                    before, map(operator.not_, map(now.__contains__, map(id, before)))
+                ):
+                    known.pop(id(route), None)
                     if (peer := at.get(route.peer)) is not None and peer.get(route.prefix) is route:
                         del peer[route.prefix]
             for route in new:
@@ -182,9 +186,7 @@ class AnnouncedRows:
             for route in self._flipped(last.advertised, at):
                 stale.setdefault(id(route), route)
         self._encode_routes(list(stale.values()), known, lines)
-        text.body = lines.header + b"".join(
-            map(operator.itemgetter(1), map(known.__getitem__, ids))
-        )
+        text.body = lines.header + b"".join(map(known.__getitem__, ids))
         return text
 
     def _flipped(
@@ -204,14 +206,14 @@ class AnnouncedRows:
                     yield route
 
     def _encode_routes(
-        self, routes: list[Route], known: dict[int, tuple[Route, bytes]], lines: LineEncoder
+        self, routes: list[Route], known: dict[int, bytes], lines: LineEncoder
     ) -> None:
         samples = [self._route_samples(r) for r in routes]
         text = lines.lines(list(chain.from_iterable(samples)))
         start = 0
         for route, mine in zip(routes, samples, strict=True):
             end = start + len(mine)
-            known[id(route)] = (route, b"".join(text[start:end]))
+            known[id(route)] = b"".join(text[start:end])
             start = end
 
 
@@ -245,9 +247,8 @@ class _ServingText:
     routes: tuple[Route, ...]
     skipped: tuple[Skip, ...]
     slices: SlicesOf | None
-    #: handled_services(), sorted, and as a set.
+    #: handled_services(), sorted.
     keys: list[ServiceKey] = field(default_factory=list)
-    handled: set[ServiceKey] = field(default_factory=set)
     #: A plain dictionary copy of `slices` (its get() runs at C speed; the source's
     #: mapping may be a Python class), whose tuples the next scrape compares by identity.
     copy: dict[ServiceKey, tuple[EndpointSlice, ...]] = field(default_factory=dict)
@@ -289,12 +290,11 @@ class ServingRows:
             return text
         stale: set[ServiceKey]
         if last is None or last.slices is None:
-            text.handled = handled_services(self.routes, self.skipped)
-            text.keys = sorted(text.handled)
+            stale = handled_services(self.routes, self.skipped)
+            text.keys = sorted(stale)
             text.copy = dict(self.slices.items())
-            stale = text.handled
         else:
-            text.keys, text.handled, text.lines = last.keys, last.handled, last.lines
+            text.keys, text.lines = last.keys, last.lines
             text.copy = last.copy
             stale = set()
             if last.routes is not self.routes or last.skipped is not self.skipped:
@@ -317,8 +317,9 @@ class ServingRows:
     def _rekey(self, text: _ServingText) -> set[ServiceKey]:
         """Brings text.keys to the handled Services now; returns the ones added."""
         handled = handled_services(self.routes, self.skipped)
-        added = handled - text.handled
-        removed = text.handled - handled
+        # text.lines has a line for each Service handled at the last scrape, no other.
+        added = handled - text.lines.keys()
+        removed = text.lines.keys() - handled
         keys = text.keys
         if len(added) + len(removed) > len(keys) // 8:
             text.keys = sorted(handled)
@@ -329,5 +330,4 @@ class ServingRows:
                 bisect.insort(keys, key)
         for key in removed:
             del text.lines[key]
-        text.handled = handled
         return added
