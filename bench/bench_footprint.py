@@ -22,7 +22,8 @@ With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial AP
 (at most 200 unacknowledged commands), gets the same measurements beside it. At the
 ``--scrape-at`` size, from the API, one change's latency (an HTTP merge PATCH of one
 Service's EndpointSlice to the route appearing at/leaving BIRD) over ``--changes``
-changes, first unscraped, then while another thread GETs ``/metrics`` back to back.
+changes (p50 and p99), first unscraped, then while a process of its own in node1's
+namespace GETs ``/metrics`` back to back on one kept-alive connection.
 
 It prints each row as it is measured, then the whole table (Markdown) with the machine's
 load average at the start and the end. Everything it creates is removed at the end.
