@@ -4,7 +4,7 @@ sequence of changes its body equals prometheus_client's encoding of the whole re
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -17,6 +17,7 @@ from prometheus_client.exposition import choose_encoder
 
 from bgpd.metric_rows import (
     AnnouncedRows,
+    Labelled,
     LineEncoder,
     ServingRows,
     _AnnouncedText,
@@ -248,3 +249,35 @@ def test_the_rows_of_gone_routes_are_not_kept() -> None:
     assert isinstance(encoded, _AnnouncedText)
     assert list(encoded.lines) == [id(many[0])]
     assert encoded.at == {peer: {PREFIXES[0]: many[0]}}
+
+
+def test_rows_are_kept_for_the_formats_asked_for_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scraper making up Accept versions cannot make the speaker keep a copy of the
+    rows per version: the oldest format asked for is dropped (and encoded again if
+    asked for again)."""
+    encoded: list[int] = []
+    real = LineEncoder.lines
+
+    def counting(self: LineEncoder, samples: Sequence[Labelled]) -> list[bytes]:
+        encoded.append(len(samples))
+        return real(self, samples)
+
+    monkeypatch.setattr(LineEncoder, "lines", counting)
+    route = Route(PeerName("r"), PREFIXES[0], ATTRS, (ServiceKey("a/web"),))
+    live = LiveView()
+    live.state = StaticSpeakerView(decision=Decision(node=NODE, routes=(route,)))
+    reg = CollectorRegistry()
+    SpeakerMetrics(reg, live, node=NODE)  # type: ignore[arg-type]
+    cache = ExpositionCache()
+    versions = [f"application/openmetrics-text; version=1.0.{n}" for n in range(3)]
+
+    def scrape(accept: str) -> int:
+        encoded.clear()
+        encoder, content_type = choose_encoder(accept)
+        assert cache.encode(encoder, content_type, list(reg.collect())) == encoder(reg)
+        return sum(encoded)
+
+    assert [scrape(v) for v in versions] == [1, 1, 1]
+    assert scrape(versions[2]) == 0  # kept
+    assert scrape(versions[0]) == 1  # dropped: encoded again
+    assert ExpositionCache.KEPT_FORMATS == 2
