@@ -22,7 +22,8 @@ With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial AP
 (at most 200 unacknowledged commands), gets the same measurements beside it. At the
 ``--scrape-at`` size, from the API, one change's latency (an HTTP merge PATCH of one
 Service's EndpointSlice to the route appearing at/leaving BIRD) over ``--changes``
-changes, first unscraped, then while another thread GETs ``/metrics`` back to back.
+changes (p50 and p99), first unscraped, then while a process of its own in node1's
+namespace GETs ``/metrics`` back to back on one kept-alive connection.
 
 It prints each row as it is measured, then the whole table (Markdown) with the machine's
 load average at the start and the end. Everything it creates is removed at the end.
@@ -31,16 +32,21 @@ load average at the start and the end. Everything it creates is removed at the e
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -48,21 +54,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_k8s import (
     LATENCY_IP,
+    STATUS,
     BirdCtl,
     HttpWriter,
     Speaker,
     lab,
     latency_speaker,
     seed,
-    while_scraping,
 )
 
-from kbgpd_lab.kit.measure import address, children_rss_kb, prefixes, rss_kb
+from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.scale import local_service, node1_slice
 from kbgpd_lab.lab.apicluster import NetnsApiSimulator, node_object
 from kbgpd_lab.lab.lab import fed_exabgp
 from kbgpd_lab.lab.routers import BirdRouter
 from kbgpd_lab.lab.topology import Topology
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -196,13 +204,80 @@ def measure_bare(topo: Topology, bird: BirdCtl, work: Path, n: int) -> Row:
     return row
 
 
+@dataclass(frozen=True)
+class Scraped:
+    """One change's latency (ms) unscraped and with /metrics GET back to back."""
+
+    quiet: list[float]
+    loud: list[float]
+    scrapes: int
+
+    def line(self, services: int) -> str:
+        def ms(values: list[float]) -> str:
+            return (
+                f"p50 {statistics.median(values) * 1000:.2f} / "
+                f"p99 {pct(values, 0.99) * 1000:.2f} ms"
+            )
+
+        return (
+            f"one change at {services:,} Services (HTTP PATCH -> BIRD, {len(self.quiet)} "
+            f"changes): unscraped {ms(self.quiet)}; with /metrics scraped back to back "
+            f"{ms(self.loud)} ({self.scrapes} scrapes)"
+        )
+
+
+def scrape_back_to_back(url: str) -> None:
+    """The ``--scraper`` process: GET ``url`` back to back on one kept-alive connection,
+    as Prometheus does, until stdin closes; then print how many GETs completed."""
+    stop = threading.Event()
+
+    def wait_stdin() -> None:
+        sys.stdin.read()
+        stop.set()
+
+    threading.Thread(target=wait_stdin, daemon=True).start()
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.netloc, timeout=30)
+    done = 0
+    while not stop.is_set():
+        conn.request("GET", parts.path)
+        with conn.getresponse() as resp:
+            if resp.status != 200:
+                raise RuntimeError(f"GET {url}: {resp.status}")
+            resp.read()
+        done += 1
+    print(done, flush=True)
+
+
+def while_scraped(topo: Topology, fn: Callable[[], _T]) -> tuple[_T, int]:
+    """``fn()`` while a process of its own in node1's namespace GETs the speaker's
+    ``/metrics`` back to back; its result and the number of scrapes meanwhile. A process,
+    not a thread of this one: reading 1.5 MB bodies in a thread here took the interpreter
+    from the API simulator's thread, which then served the watch events late."""
+    proc = topo.nodes[0].popen(
+        [sys.executable, str(Path(__file__).resolve()), "--scraper", f"http://{STATUS}/metrics"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    try:
+        result = fn()
+    finally:
+        proc.stdin.close()
+    out = proc.stdout.read()
+    if proc.wait(30) != 0:
+        raise RuntimeError(f"the scraper exited {proc.returncode}")
+    return result, int(out)
+
+
 def scrape_latency(
-    sim: NetnsApiSimulator, speaker: Speaker, bird: BirdCtl, writer: HttpWriter, changes: int
-) -> tuple[float, float, int]:
-    """One change's p50 (ms) unscraped, then with /metrics GET back to back; scrapes."""
+    sim: NetnsApiSimulator, topo: Topology, bird: BirdCtl, writer: HttpWriter, changes: int
+) -> Scraped:
+    """One change's latency unscraped, then with /metrics GET back to back."""
     quiet = latency_speaker(sim, bird, changes, writer)
-    loud, scrapes = while_scraping(speaker, lambda: latency_speaker(sim, bird, changes, writer))
-    return statistics.median(quiet) * 1000, statistics.median(loud) * 1000, scrapes
+    loud, scrapes = while_scraped(topo, lambda: latency_speaker(sim, bird, changes, writer))
+    return Scraped(quiet, loud, scrapes)
 
 
 def table(rows: list[Row]) -> str:
@@ -248,14 +323,8 @@ def run(args: argparse.Namespace, work: Path) -> None:
                         rows.append(row)
                         print(table(rows[-1:]).splitlines()[-1], flush=True)
                         if source == "api" and n == args.scrape_at:
-                            quiet, loud, count = scrape_latency(
-                                sim, speaker, bird, writer, args.changes
-                            )
                             scraped.append(
-                                f"one change at {n + 1:,} Services (HTTP PATCH -> BIRD, "
-                                f"{args.changes} changes): p50 {quiet:.2f} ms unscraped, "
-                                f"{loud:.2f} ms with /metrics scraped back to back "
-                                f"({count} scrapes)"
+                                scrape_latency(sim, topo, bird, writer, args.changes).line(n + 1)
                             )
                             print(scraped[-1], flush=True)
                     finally:
@@ -300,7 +369,11 @@ def main() -> None:
     )
     ap.add_argument("--changes", type=int, default=50, help="changes per latency figure")
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument("--scraper", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.scraper:
+        scrape_back_to_back(args.scraper)
+        return
     bad = set(args.sources) - {"api", "json", "yaml"}
     if bad:
         ap.error(f"--sources: unknown {', '.join(sorted(bad))} (api, json, yaml)")

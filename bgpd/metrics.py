@@ -30,6 +30,7 @@ metric carries a `node` label except `kube_bgpd_speaker_info`, which dashboards 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections import Counter as _Counts
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from bgpd import __version__
-from bgpd.decision import prefix_text
+from bgpd.metric_rows import AnnouncedRows, Encoded, LineEncoder, Rows, ServingRows
 from bgpd.model import (
     ClusterSnapshot,
     Decision,
@@ -293,31 +294,30 @@ PoolUsage = Mapping[PoolName, tuple[int, int]]
 _Family = GaugeMetricFamily | CounterMetricFamily
 
 
-class _LateGauge(GaugeMetricFamily):
-    """A gauge family whose samples are built when first read, by `fill`, from immutable
-    data captured at collect time (a Decision, a snapshot, a copy of the advertised
-    routes). The per-route families of 10,000s of routes are then built where they are
-    encoded, in /metrics' worker thread, not in the speaker's event loop; any other
-    reader (generate_latest in tests) gets the same samples."""
+class _RowGauge(GaugeMetricFamily):
+    """A per-route gauge family whose samples are `Rows` (bgpd.metric_rows) over immutable
+    data captured at collect time (a Decision's routes, a snapshot, the driver's copy of
+    the advertised routes), built when first read. /metrics encodes the rows in its
+    worker thread, re-encoding only the rows that changed (ExpositionCache), not in the
+    speaker's event loop; any other reader (generate_latest in tests) gets every sample."""
 
     def __init__(self, name: str, documentation: str, labels: list[str]) -> None:
-        self._fill: Callable[[GaugeMetricFamily], None] | None = None
-        #: The objects the samples are built from: /metrics keeps the family's encoded
-        #: text while the same objects come back (see _ExpositionCache). Empty: no samples.
-        self.inputs: tuple[object, ...] = ()
+        self._unread: Rows | None = None
+        #: The rows the samples come from; None: no samples.
+        self.rows: Rows | None = None
+        self.label_names = tuple(labels)
         super().__init__(name, documentation, labels=labels)
 
-    def defer(self, fill: Callable[[GaugeMetricFamily], None], *inputs: object) -> None:
-        """Build the samples with ``fill`` when read; they depend on ``inputs`` alone,
-        immutable objects (a Decision, a snapshot, the driver's advertised copy)."""
-        self._fill = fill
-        self.inputs = inputs
+    def defer(self, rows: Rows) -> None:
+        """The family's samples are ``rows``, built when first read."""
+        self._unread = self.rows = rows
 
     @property
     def samples(self) -> list[Sample]:
-        fill, self._fill = self._fill, None
-        if fill is not None:
-            fill(self)
+        rows, self._unread = self._unread, None
+        if rows is not None:
+            for values, value in rows.samples():
+                self.add_metric(values, value)
         return self._late_samples
 
     @samples.setter
@@ -333,8 +333,8 @@ def _gauge(short: str, doc: str, labels: Iterable[str] = ()) -> GaugeMetricFamil
     return GaugeMetricFamily(_name(short), doc, labels=list(labels))
 
 
-def _late_gauge(short: str, doc: str, labels: Iterable[str] = ()) -> _LateGauge:
-    return _LateGauge(_name(short), doc, labels=list(labels))
+def _row_gauge(short: str, doc: str, labels: Iterable[str] = ()) -> _RowGauge:
+    return _RowGauge(_name(short), doc, labels=list(labels))
 
 
 def _counter(short: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricFamily:
@@ -342,39 +342,19 @@ def _counter(short: str, doc: str, labels: Iterable[str] = ()) -> CounterMetricF
     return CounterMetricFamily(_name(short), doc, labels=list(labels))
 
 
+def _serving_rows(decision: Decision, snapshot: ClusterSnapshot | None) -> ServingRows:
+    return ServingRows(
+        decision.routes, decision.skipped, None if snapshot is None else snapshot.endpoint_slices
+    )
+
+
 def serving_services(decision: Decision, snapshot: ClusterSnapshot | None) -> dict[ServiceKey, int]:
-    """Services this speaker is responsible for -> endpoints in the cluster that can serve.
-
-    "Responsible for" means every Service the decision routed or skipped for a reason other
-    than belonging to another load-balancer class: exactly the Services an operator expects
-    some node to announce. The endpoint count is cluster-wide (every speaker sees the whole
-    cluster), so the alert "serving endpoints but no node announces it" can take the max
-    across nodes and compare it with the announced series.
-    """
-    keys: set[ServiceKey] = {s for r in decision.routes for s in r.services}
-    keys.update(s.service for s in decision.skipped if s.reason is not SkipReason.NOT_OUR_CLASS)
-    if snapshot is None:
-        return {}
-    return {k: sum(1 for ep in snapshot.endpoints_of(k) if ep.can_serve) for k in sorted(keys)}
-
-
-def _announced_samples(
-    family: GaugeMetricFamily, decision: Decision, advertised: DesiredRoutes
-) -> None:
-    # The decision is already ordered (peer, prefix); the text of each prefix is
-    # memoised (prefix_text), the rest is one sample per route and Service.
-    for route in decision.routes:
-        value = 1 if route.prefix in advertised.get(route.peer, {}) else 0
-        prefix = prefix_text(route.prefix)
-        for svc in route.services:
-            family.add_metric([svc, prefix, route.peer], value)
-
-
-def _serving_samples(
-    family: GaugeMetricFamily, decision: Decision, snapshot: ClusterSnapshot | None
-) -> None:
-    for svc, count in serving_services(decision, snapshot).items():
-        family.add_metric([svc], count)
+    """Services this speaker is responsible for (bgpd.metric_rows.handled_services) ->
+    endpoints in the cluster that can serve, as kube_bgpd_service_serving_endpoints
+    exports them."""
+    return {
+        ServiceKey(values[0]): int(n) for values, n in _serving_rows(decision, snapshot).samples()
+    }
 
 
 # --------------------------------------------------------------------------- collectors
@@ -427,14 +407,12 @@ class SpeakerCollector(Collector):
 
         decision = view.last_decision()
         if decision is not None:
-            # Per route and per Service: built late (see _LateGauge) from the immutable
+            # Per route and per Service: built late (see _RowGauge) from the immutable
             # decision and snapshot and a copy of what the routers were sent.
-            on_wire = view.advertised()
-            snapshot = view.last_snapshot()
-            assert isinstance(announced, _LateGauge)
-            assert isinstance(serving, _LateGauge)
-            announced.defer(lambda f: _announced_samples(f, decision, on_wire), decision, on_wire)
-            serving.defer(lambda f: _serving_samples(f, decision, snapshot), decision, snapshot)
+            assert isinstance(announced, _RowGauge)
+            assert isinstance(serving, _RowGauge)
+            announced.defer(AnnouncedRows(decision.routes, view.advertised()))
+            serving.defer(_serving_rows(decision, view.last_snapshot()))
             for reason, count in sorted(skipped_counts(decision).items()):
                 skipped.add_metric([reason.value], count)
 
@@ -474,7 +452,7 @@ class SpeakerCollector(Collector):
                 "Announce or withdraw commands for the peer not yet accepted by ExaBGP.",
                 ["peer"],
             ),
-            _late_gauge(
+            _row_gauge(
                 "service_announced",
                 "Per Service, prefix and peer this node decided to announce: 1 while the "
                 "prefix is advertised to the peer (sent in UPDATEs on its established "
@@ -488,7 +466,7 @@ class SpeakerCollector(Collector):
                 "LoadBalancer Services this node does not announce (some IP), by reason.",
                 ["reason"],
             ),
-            _late_gauge(
+            _row_gauge(
                 "service_serving_endpoints",
                 "Endpoints in the cluster that can serve, per Service this speaker handles.",
                 ["service"],
@@ -781,55 +759,77 @@ class _Collected:
 _Encoder = Callable[[_Collected], bytes]
 
 
-class _ExpositionCache:
-    """The encoded text of each per-route family (`_LateGauge`), kept while its inputs
-    are the same objects. A scrape of a speaker whose routes did not change since the
-    last one then encodes only its few small families, not 10,000s of routes again (the
-    encoding thread holds the GIL while the event loop may have a change to send). A
-    change between scrapes still costs one full encoding (docs/benchmarks.md).
+class ExpositionCache:
+    """/metrics' body, with the per-route families (`_RowGauge`) encoded row by row: a
+    scrape re-encodes only the rows whose state changed since the last scrape
+    (bgpd.metric_rows), so at 10,000s of routes a scrape after one change costs about
+    that change, not every route again (the encoding thread holds the GIL while the
+    event loop may have a change to send; docs/benchmarks.md). The other families are
+    small and encoded whole.
 
-    Keyed by family name and content type (which names the encoder: `choose_encoder`
-    returns a new partial per request for OpenMetrics); the entry holds the inputs
-    themselves, compared by identity (never by value: that would walk them), so an id
-    cannot be reused while kept. The text of a family is what the encoder gives for that
-    family alone; both encoders write families one after another, so the pieces join to
-    the same body."""
+    Per content type (which names the encoder: `choose_encoder` returns a new partial per
+    request for OpenMetrics) and family name it keeps the `LineEncoder` and what the rows
+    were encoded to (~5 MiB at 10,000 routes), for the `KEPT_FORMATS` content types
+    asked for last: the Accept header chooses the content type, version included, and a
+    scraper must not make the speaker keep one copy per version string it makes up. Both
+    encoders write families one after another, so the pieces join to what the encoder
+    gives for the whole registry. Scrapes may run in two worker threads at once (two
+    scrapers): the lock keeps each family's rows to one of them."""
+
+    #: Prometheus asks for one format; a second scraper or a manual curl may ask another.
+    KEPT_FORMATS = 2
 
     def __init__(self) -> None:
-        self._kept: dict[tuple[str, str], tuple[tuple[object, ...], bytes]] = {}
+        self._lock = threading.Lock()
+        #: content type -> family name -> its LineEncoder and rows' encoding.
+        self._kept: dict[str, dict[str, tuple[LineEncoder, Encoded | None]]] = {}
 
     def encode(self, encoder: _Encoder, content_type: str, families: list[Metric]) -> bytes:
         trailer = encoder(_Collected([]))  # OpenMetrics' "# EOF", nothing for Prometheus
+
+        def text(group: list[Metric]) -> bytes:
+            return encoder(_Collected(group))[: -len(trailer) or None]
+
         parts: list[bytes] = []
-        for family in families:
-            inputs = family.inputs if isinstance(family, _LateGauge) else ()
-            if not inputs:
-                parts.append(encoder(_Collected([family]))[: -len(trailer) or None])
-                continue
-            kept = self._kept.get((family.name, content_type))
-            if kept is None or not _same(kept[0], inputs):
-                text = encoder(_Collected([family]))[: -len(trailer) or None]
-                kept = self._kept[(family.name, content_type)] = (inputs, text)
-            parts.append(kept[1])
+        plain: list[Metric] = []
+        with self._lock:
+            kept_here = self._kept.pop(content_type, {})
+            while len(self._kept) >= self.KEPT_FORMATS:
+                del self._kept[next(iter(self._kept))]  # the one asked for longest ago
+            self._kept[content_type] = kept_here
+            for family in families:
+                rows = family.rows if isinstance(family, _RowGauge) else None
+                if rows is None:
+                    plain.append(family)
+                    continue
+                if plain:
+                    parts.append(text(plain))
+                    plain = []
+                kept = kept_here.pop(family.name, None)  # a failed encoding leaves none
+                if kept is None:
+                    assert isinstance(family, _RowGauge)
+                    lines = LineEncoder(text, family.name, family.documentation, family.label_names)
+                    kept = (lines, None)
+                encoded = rows.encode(kept[1], kept[0])
+                kept_here[family.name] = (kept[0], encoded)
+                parts.append(encoded.body)
+        if plain:
+            parts.append(text(plain))
         parts.append(trailer)
         return b"".join(parts)
-
-
-def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def metrics_routes(registry: CollectorRegistry) -> list[web.RouteDef]:
     """``GET /metrics`` for the speaker's (or controller's) aiohttp listener, in the
     format the scraper asks for (OpenMetrics or Prometheus text)."""
-    cache = _ExpositionCache()
+    cache = ExpositionCache()
 
     async def handler(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         # Reading the state must happen on the event loop that owns it; turning the
         # families into text (the larger part for 10,000s of routes) happens in a thread,
-        # so a scrape stalls the driver's loop as little as possible, and per-route text
-        # is reused while its state is unchanged (_ExpositionCache).
+        # so a scrape stalls the driver's loop as little as possible, and only the rows
+        # whose state changed are encoded again (ExpositionCache).
         families = list(registry.collect())
         body = await asyncio.to_thread(cache.encode, encoder, content_type, families)
         return web.Response(body=body, headers={"Content-Type": content_type})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-import bgpd.metrics as metrics_module
+from bgpd.metric_rows import Labelled, LineEncoder
 from bgpd.metrics import (
     ControllerMetrics,
     ConvergencePhase,
@@ -415,20 +415,20 @@ async def test_metrics_route_serves_the_registry(
 @pytest.mark.parametrize(
     "accept", ["", "application/openmetrics-text; version=1.0.0"], ids=["text", "openmetrics"]
 )
-async def test_metrics_route_serves_what_the_encoder_gives_and_reuses_route_text(
-    accept: str,
+async def test_metrics_route_serves_what_the_encoder_gives_and_encodes_changed_rows_only(
+    accept: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """/metrics keeps the per-route families' text while their state is the same objects:
-    the body stays what the encoder gives for the whole registry, scrape after scrape and
-    after the state changes, and an unchanged decision is not turned into samples again."""
-    decision = Decision(
-        node=NODE,
-        routes=(_route(R1, P_WEB, WEB), _route(R2, P_WEB, WEB), _route(R1, P_DNS, DNS)),
-    )
+    """/metrics keeps each route's lines while its state is the same objects: the body
+    stays what the encoder gives for the whole registry, scrape after scrape and after
+    the state changes, and a scrape encodes only the rows that changed."""
+    web_r1, web_r2, dns_r1 = _route(R1, P_WEB, WEB), _route(R2, P_WEB, WEB), _route(R1, P_DNS, DNS)
     acked = {R1: {P_WEB: ATTRS, P_DNS: ATTRS}}
     view = LiveView(
         StaticSpeakerView(
-            decision=decision, accepted_routes=acked, advertised_routes=acked, running=True
+            decision=Decision(node=NODE, routes=(web_r1, web_r2, dns_r1)),
+            accepted_routes=acked,
+            advertised_routes=acked,
+            running=True,
         )
     )
     reg, m = _registry(view)
@@ -436,9 +436,18 @@ async def test_metrics_route_serves_what_the_encoder_gives_and_reuses_route_text
     app = web.Application()
     app.add_routes(metrics_routes(reg))
     headers = {"Accept": accept} if accept else {}
+    encoded: list[list[str]] = []
+    real = LineEncoder.lines
+
+    def counting(self: LineEncoder, samples: Sequence[Labelled]) -> list[bytes]:
+        encoded.extend(values for values, _ in samples)
+        return real(self, samples)
+
+    monkeypatch.setattr(LineEncoder, "lines", counting)
     async with TestClient(TestServer(app)) as client:
 
         async def scrape() -> bytes:
+            encoded.clear()
             resp = await client.get("/metrics", headers=headers)
             assert resp.status == 200
             return await resp.read()
@@ -446,35 +455,33 @@ async def test_metrics_route_serves_what_the_encoder_gives_and_reuses_route_text
         first = await scrape()
         assert first == encoder(reg)
         assert b"10.99.100.2/32" in first
+        assert len(encoded) == 3
 
-        built = []
-        real = metrics_module._announced_samples
+        m.observe_reconcile(0.01)  # a small family changes between scrapes
+        again = await scrape()
+        assert encoded == []  # no route encoded again
+        assert again == encoder(reg)
+        assert again != first  # the histogram's new sample is in it
 
-        def counting(*args: object) -> None:
-            built.append(1)
-            real(*args)  # type: ignore[arg-type]
+        # One route gone, one new, one kept (the same object), and router-1's DNS prefix
+        # no longer advertised: only the new route is encoded.
+        dns_r2 = _route(R2, P_DNS, DNS)
+        view.state = StaticSpeakerView(
+            decision=Decision(node=NODE, routes=(web_r1, dns_r2)),
+            accepted_routes={R1: {P_WEB: ATTRS}},
+            advertised_routes={R1: {P_WEB: ATTRS}},
+            running=True,
+        )
+        changed = await scrape()
+        assert changed == encoder(reg)
+        assert encoded == [[DNS, "10.99.100.2/32", R2]]
 
-        metrics_module._announced_samples = counting  # type: ignore[assignment]
-        try:
-            m.observe_reconcile(0.01)  # a small family changes between scrapes
-            again = await scrape()
-            assert built == []  # the route text was reused, not rebuilt
-            assert again == encoder(reg)
-            assert again != first  # the histogram's new sample is in it
-
-            # New state objects: new text, equal to the encoder's.
-            view.state = StaticSpeakerView(
-                decision=Decision(node=NODE, routes=(_route(R1, P_WEB, WEB),)),
-                accepted_routes={R1: {P_WEB: ATTRS}},
-                advertised_routes={R1: {P_WEB: ATTRS}},
-                running=True,
-            )
-            changed = await scrape()
-            assert changed == encoder(reg)
-            assert b"10.99.100.2/32" not in changed
-            assert built
-        finally:
-            metrics_module._announced_samples = real
+        # Only the advertised state of a kept route changes: only that route again.
+        view.state = dataclasses.replace(view.state, advertised_routes={})
+        flipped = await scrape()
+        assert flipped == encoder(reg)
+        assert encoded == [[WEB, "10.99.100.1/32", R1]]
+        assert b'peer="router-1",prefix="10.99.100.1/32",service="default/web"} 0.0' in flipped
 
 
 async def test_controller_listener_serves_metrics_and_health() -> None:
