@@ -1,13 +1,14 @@
 """Raw JSON requests and watch streams to the API server, over aiohttp.
 
-Credentials come from the official client's loaders, run in a short-lived child process
-(k8s_watcher.credentials: kubeconfig, exec and OIDC plugins, in-cluster service accounts);
-this process never imports `kubernetes`, whose package loads the whole generated client
-(about 21 MiB per speaker). Requests send and receive plain JSON dicts, because (a) the
-informers convert API objects into bgpd.model at this boundary and generated models would
-be built only to be thrown away (measured in k8s-notes.md: most of the per-event CPU of
-the stock Watch helper is model deserialisation), and (b) a raw response gives us the
-status code and Retry-After header to classify errors ourselves.
+Credentials come from k8s_watcher.credentials (an in-cluster service account read here;
+a kubeconfig, exec and OIDC plugins through the official client's loaders in a
+short-lived child process); this process never imports `kubernetes`, whose package
+loads the whole generated client (about 21 MiB per speaker). Requests send and receive
+plain JSON dicts, because (a) the informers convert API objects into bgpd.model at this
+boundary and generated models would be built only to be thrown away (measured in
+k8s-notes.md: most of the per-event CPU of the stock Watch helper is model
+deserialisation), and (b) a raw response gives us the status code and Retry-After header
+to classify errors ourselves.
 
 Credentials are looked up like kubectl and client-go: an explicit --kubeconfig, then
 $KUBECONFIG (a colon-separated list), then ~/.kube/config, then the in-cluster service
@@ -30,7 +31,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from k8s_watcher.credentials import Credentials, CredentialSource, shared
+from k8s_watcher.credentials import SERVICE_ACCOUNT, Credentials, CredentialSource, shared
 from k8s_watcher.errors import (
     ApiUnavailable,
     MalformedResponse,
@@ -50,7 +51,7 @@ POOL_SIZE = 100
 #: The read buffer: one watch event (a large object) can exceed aiohttp's default.
 READ_BUFFER = 2**21
 #: In-cluster namespace file, read for the default Lease namespace.
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+SERVICE_ACCOUNT_NAMESPACE = SERVICE_ACCOUNT / "namespace"
 
 Query = Sequence[tuple[str, str]]
 

@@ -1,9 +1,16 @@
-"""Kubernetes credentials, resolved by the official client in a short-lived child process.
+"""Kubernetes credentials: an in-cluster service account read here, a kubeconfig resolved
+by the official client in a short-lived child process.
+
+In a pod (no kubeconfig anywhere), the settings are what Kubernetes documents for
+in-cluster clients: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the
+service account's token, ca.crt and namespace files. That is a few file reads, done in
+this process by `in_cluster` with no child (which would cost a second or more of start-up
+importing the official client for nothing).
 
 The `kubernetes` package is the supported reader of kubeconfig files (contexts, exec and
-OIDC plugins, *-data fields, relative paths) and of in-cluster service accounts, but its
-package imports the whole generated client: about 21 MiB more resident memory in every
-speaker, for settings read once. So the loaders run in a child,
+OIDC plugins, *-data fields, relative paths), but its package imports the whole generated
+client: about 21 MiB more resident memory in every speaker, for settings read once. So
+for a kubeconfig the loaders run in a child,
 ``python -m k8s_watcher.credentials [--kubeconfig PATH] [--context NAME]``, which prints
 the resolved connection settings as one JSON object and exits; the daemon reads them into
 `Credentials` and talks to the API with aiohttp itself (k8s_watcher.client), never
@@ -18,7 +25,8 @@ Freshness, as the official client keeps it:
 * a 401 runs the child again (re-reads the token file in-cluster) once, and the request
   is retried once if that gave other credentials.
 
-A missing or broken kubeconfig is a CredentialsError with the child's one-line reason.
+A missing or broken kubeconfig is a CredentialsError with the child's one-line reason; an
+incomplete service account one with the missing piece (the official loader's wording).
 """
 
 from __future__ import annotations
@@ -60,6 +68,11 @@ CHILD_TIMEOUT: Final = 60.0
 EXIT_CREDENTIALS: Final = 2
 #: Where the in-cluster account's settings come from, in messages.
 IN_CLUSTER: Final = "in-cluster service account"
+#: Where Kubernetes mounts a pod's service account: token, ca.crt, namespace.
+SERVICE_ACCOUNT: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+#: The environment variables naming the API server's Service, set in every pod.
+SERVICE_HOST_ENV: Final = "KUBERNETES_SERVICE_HOST"
+SERVICE_PORT_ENV: Final = "KUBERNETES_SERVICE_PORT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +145,63 @@ def resolve_kubeconfig(explicit: str | None, environ: Mapping[str, str]) -> str 
     return path
 
 
+# --------------------------------------------------------------------------- in-cluster
+
+
+def _join_host_port(host: str, port: str) -> str:
+    """host:port, an IPv6 address (or one with a zone) in brackets, as Go's JoinHostPort."""
+    return f"[{host}]:{port}" if ":" in host or "%" in host else f"{host}:{port}"
+
+
+def _read_in_cluster(environ: Mapping[str, str], account: Path) -> Credentials:
+    """The service account's settings; ValueError (the official loader's wording) or
+    OSError naming what is missing."""
+    host, port = environ.get(SERVICE_HOST_ENV), environ.get(SERVICE_PORT_ENV)
+    if host is None or port is None:
+        raise ValueError("Service host/port is not set.")
+    if not host or not port:
+        raise ValueError("Service host/port is set but empty.")
+    token_file, ca_file = account / "token", account / "ca.crt"
+    if not token_file.is_file():
+        raise ValueError("Service token file does not exist.")
+    token = token_file.read_text().strip()
+    if not token:
+        raise ValueError("Token file exists but empty.")
+    if not ca_file.is_file():
+        raise ValueError("Service certification file does not exist.")
+    ca_data = ca_file.read_text()
+    if not ca_data.strip():
+        raise ValueError("Cert file exists but empty.")
+    try:
+        namespace = (account / "namespace").read_text().strip() or None
+    except OSError:  # optional: the Lease namespace falls back to "default"
+        namespace = None
+    return Credentials(
+        source=IN_CLUSTER,
+        server=f"https://{_join_host_port(host, port)}",
+        authorization=f"Bearer {token}",
+        token_file=str(token_file),
+        ca_data=ca_data,
+        namespace=namespace,
+    )
+
+
+def in_cluster(
+    environ: Mapping[str, str] | None = None, account: Path | None = None
+) -> Credentials:
+    """The pod's service account (`account`, default SERVICE_ACCOUNT), read in this
+    process (no child: see the module's docstring); CredentialsError with one line
+    naming the account and what is wrong."""
+    env = os.environ if environ is None else environ
+    try:
+        return _read_in_cluster(env, SERVICE_ACCOUNT if account is None else account)
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        cause = " ".join(str(exc).split()) or type(exc).__name__
+        raise CredentialsError(
+            f"cannot load Kubernetes credentials from {IN_CLUSTER}: {cause}"
+        ) from exc
+
+
 # --------------------------------------------------------------------------- the child
 
 
@@ -158,51 +228,34 @@ def _jwt_expiry(authorization: str | None) -> float | None:
     return float(exp) if isinstance(exp, (int, float)) else None
 
 
-async def _load(path: str | None, context: str | None) -> Credentials:
-    """Credentials through the official loaders, into a Configuration we then read."""
+async def _load(path: str, context: str | None) -> Credentials:
+    """Credentials through the official kubeconfig loader, into a Configuration we read."""
     from kubernetes.aio import client as _kclient
-    from kubernetes.aio.config import incluster_config as _incluster
     from kubernetes.aio.config import kube_config as _kube_config
 
     # The client is only partly typed; keep its surface Any here.
     kclient: Any = _kclient
-    incluster: Any = _incluster
     kube_config: Any = _kube_config
     # type.__call__ avoids Configuration's copy-the-process-default behaviour.
     configuration = type.__call__(kclient.Configuration)
-    token_file = expires = namespace = None
-    if path is not None:
-        source = f"kubeconfig {path}"
-        loader = await kube_config.load_kube_config(
-            config_file=path,
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
-        expiry = getattr(loader, "exec_plugin_expiry", None)
-        if expiry is not None:
-            expires = expiry.timestamp()
-        elif loader.provider == kube_config.PROVIDER_TYPE_OIDC:
-            expires = _jwt_expiry(configuration.api_key.get("BearerToken"))
-        chosen = loader.current_context.get("context") or {}
-        namespace = chosen.get("namespace") if isinstance(chosen, dict) else None
-    else:
-        source = IN_CLUSTER
-        token_file = incluster.SERVICE_TOKEN_FILENAME
-        incluster.InClusterConfigLoader(
-            token_filename=token_file,
-            cert_filename=incluster.SERVICE_CERT_FILENAME,
-            try_refresh_token=False,
-        ).load_and_set(configuration)
-    authorization = configuration.api_key.get("BearerToken")
-    if authorization and authorization[:7].lower() == "bearer ":
-        # The in-cluster loader writes "bearer "; one spelling, as the token re-read makes.
-        authorization = "Bearer " + authorization[7:]
+    expires = None
+    loader = await kube_config.load_kube_config(
+        config_file=path,
+        context=context,
+        client_configuration=configuration,
+        persist_config=False,
+    )
+    expiry = getattr(loader, "exec_plugin_expiry", None)
+    if expiry is not None:
+        expires = expiry.timestamp()
+    elif loader.provider == kube_config.PROVIDER_TYPE_OIDC:
+        expires = _jwt_expiry(configuration.api_key.get("BearerToken"))
+    chosen = loader.current_context.get("context") or {}
+    namespace = chosen.get("namespace") if isinstance(chosen, dict) else None
     return Credentials(
-        source=source,
+        source=f"kubeconfig {path}",
         server=str(configuration.host),
-        authorization=authorization,
-        token_file=token_file,
+        authorization=configuration.api_key.get("BearerToken"),
         expires=expires,
         ca_data=_read_text(configuration.ssl_ca_cert),
         cert_data=_read_text(configuration.cert_file),
@@ -219,16 +272,20 @@ def resolve_here(
 ) -> Credentials:
     """The child's work (also callable in a process that has `kubernetes` loaded anyway):
     CredentialsError with one line naming the file or the in-cluster account."""
-    path = resolve_kubeconfig(kubeconfig, os.environ if environ is None else environ)
+    env = os.environ if environ is None else environ
+    path = resolve_kubeconfig(kubeconfig, env)
+    if path is None:
+        return in_cluster(env)
     try:
         return asyncio.run(_load(path, context))
     except Exception as exc:  # the client's loader raises anything
-        # ConfigException, or (a garbage kubeconfig, an unreadable token or CA file) a
-        # YAMLError, OSError, ValueError, KeyError, TypeError... from inside the client:
-        # all one credentials problem, said on one line naming the file.
-        where = f"kubeconfig {path}" if path is not None else IN_CLUSTER
+        # ConfigException, or (a garbage kubeconfig, an unreadable CA file) a YAMLError,
+        # OSError, ValueError, KeyError, TypeError... from inside the client: all one
+        # credentials problem, said on one line naming the file.
         cause = " ".join(str(exc).split()) or type(exc).__name__
-        raise CredentialsError(f"cannot load Kubernetes credentials from {where}: {cause}") from exc
+        raise CredentialsError(
+            f"cannot load Kubernetes credentials from kubeconfig {path}: {cause}"
+        ) from exc
 
 
 def child_argv(kubeconfig: str | None, context: str | None) -> list[str]:
@@ -258,6 +315,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- the daemon
+
+
+async def resolve(kubeconfig: str | None, context: str | None) -> Credentials:
+    """This process's credentials for these flags: the service account read here when
+    no kubeconfig is found (in a pod), else the child run on the kubeconfig."""
+    path = resolve_kubeconfig(kubeconfig, os.environ)
+    if path is None:
+        return in_cluster()
+    return await run_child(path, context)
 
 
 async def run_child(kubeconfig: str | None, context: str | None) -> Credentials:
@@ -316,7 +382,7 @@ class CredentialSource:
         kubeconfig: str | None = None,
         context: str | None = None,
         *,
-        runner: Callable[[str | None, str | None], Any] = run_child,
+        runner: Callable[[str | None, str | None], Any] = resolve,
         token_reread: float = TOKEN_REREAD,
         expiry_margin: float = EXPIRY_MARGIN,
         rerun_interval: float = RERUN_INTERVAL,
@@ -339,7 +405,7 @@ class CredentialSource:
         self._token_read_at = -float("inf")
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
         self._early: tuple[subprocess.Popen[bytes], list[str]] | None = None
-        #: How many times the child ran (for tests and the log).
+        #: How many times credentials were resolved (for tests and the log).
         self.runs = 0
 
     def _loop_lock(self) -> asyncio.Lock:
@@ -350,9 +416,16 @@ class CredentialSource:
 
     def start_early(self) -> None:
         """Start the child now, from synchronous code, so that it runs while the caller
-        imports and parses (the speaker's start); the first `get` collects its answer."""
+        imports and parses (the speaker's start); the first `get` collects its answer.
+        Nothing to start in-cluster: the first `get` reads the account directly."""
         if self._creds is None and self._early is None:
-            argv = child_argv(self.kubeconfig, self.context)
+            try:
+                path = resolve_kubeconfig(self.kubeconfig, os.environ)
+            except CredentialsError:
+                path = self.kubeconfig  # a named file is missing: the child says so
+            if path is None:
+                return
+            argv = child_argv(path, self.context)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
             )

@@ -129,9 +129,9 @@ async def read_status_objects(
 
 
 def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
-    """The namespace of the kubeconfig context in use (kubectl's default for -n), None
-    when it names none, there is no kubeconfig, or the credentials fail (the command says
-    that when it connects: the credentials child's answer is kept for it)."""
+    """The namespace of the kubeconfig context in use (kubectl's default for -n; in a pod
+    the service account's), None when it names none or the credentials fail (the command
+    says that when it connects: the credentials' answer is kept for it)."""
     import asyncio
 
     from k8s_watcher.client import load_credentials

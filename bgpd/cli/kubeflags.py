@@ -90,7 +90,8 @@ def read(
 
 
 def namespace(args: argparse.Namespace) -> str:
-    """-n, else the kubeconfig context's namespace, else "default" (kubectl's order)."""
+    """-n, else the kubeconfig context's namespace (in a pod: the service account's),
+    else "default" (kubectl's order)."""
     if args.namespace:
         return str(args.namespace)
     from k8s_watcher.reader import context_namespace

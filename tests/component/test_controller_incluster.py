@@ -5,7 +5,9 @@ namespace at /var/run/secrets/kubernetes.io/serviceaccount.
 The controller runs in its own mount namespace (``unshare -m``) with a tmpfs on /run
 holding those files, so the host's /run is untouched; the API simulator serves HTTPS with
 a throw-away certificate and requires the token. The Lease must land in the service
-account's namespace (the default when --lease-namespace is not given).
+account's namespace (the default when --lease-namespace is not given). The account is
+read by the controller itself: a `kubernetes` package that fails to import shadows the
+real one on its PYTHONPATH, so a credentials child (the official client) would end it.
 """
 
 from __future__ import annotations
@@ -76,7 +78,11 @@ async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
             ]
         )
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
+        shadow = tmp_path / "shadow" / "kubernetes"
+        shadow.mkdir(parents=True)
+        (shadow / "__init__.py").write_text("raise ImportError('in-cluster imports no client')\n")
         env |= {
+            "PYTHONPATH": str(shadow.parent),
             "HOME": str(tmp_path),  # no ~/.kube/config
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(sim.port),

@@ -1,8 +1,8 @@
-"""Credentials from the child process (k8s_watcher.credentials) against real servers: the
-API simulator with a bearer token, an exec plugin whose token expires, a 401 renewal, the
-in-cluster account with a rotated token file, a TLS server that demands a client
-certificate; and the speaker, started against the simulator and synced, never imports
-the `kubernetes` package.
+"""Credentials (k8s_watcher.credentials) against real servers: the API simulator with a
+bearer token, an exec plugin whose token expires, a 401 renewal (the child process), the
+in-cluster account read without a child and its rotated token file, a TLS server that
+demands a client certificate; and the speaker, started against the simulator and synced,
+never imports the `kubernetes` package.
 """
 
 from __future__ import annotations
@@ -125,11 +125,18 @@ async def test_a_401_runs_the_child_once_then_the_refusal_stands(tmp_path: Path)
 IN_CLUSTER_SCRIPT = """
 import asyncio, json, sys
 from pathlib import Path
+from k8s_watcher import credentials
 from k8s_watcher.client import KubeClient
 from k8s_watcher.credentials import CredentialSource
 
+def no_child(*args):
+    raise AssertionError("in-cluster credentials started a child")
+
+credentials.child_argv = no_child  # every way to the child goes through it
+
 async def main():
     source = CredentialSource(token_reread=0.0)
+    source.start_early()  # as the speaker does
     async with KubeClient(source=source) as client:
         doc = await client.request("GET", "/api/v1/namespaces/default/services")
         print(json.dumps([i["metadata"]["name"] for i in doc["items"]]), flush=True)
@@ -146,8 +153,9 @@ asyncio.run(main())
 @pytest.mark.root
 async def test_in_cluster_token_rotation_reaches_the_next_request(tmp_path: Path) -> None:
     """As in a pod: $KUBERNETES_SERVICE_HOST/PORT, the account's token and CA in
-    /run/secrets (a tmpfs in a mount namespace of the client's own); the token file is
-    rewritten, and the next request carries the new token without a 401."""
+    /run/secrets (a tmpfs in a mount namespace of the client's own), read by the client
+    itself with no credentials child; the token file is rewritten, and the next request
+    carries the new token without a 401."""
     async with ApiSimulator(tls=True, token="pod-token") as sim:
         assert sim.ca_cert is not None
         sim.store.create(lb_service("a"))
