@@ -88,12 +88,13 @@ def test_bounded_writes_and_last_state_written(
     # The last state is what the API server holds; keys not desired were deleted.
     assert api.held == history[-1][1]
     assert c.pending == 0
-    # Per object: two writes at least `interval` apart.
+    # Per object: two writes at least `interval` apart, within the coalescer's float
+    # tolerance of 1e-6 s (Hypothesis found writes 0.3 s - 6e-8 apart at interval 0.3).
     times: dict[str, list[float]] = {}
     for at, w in api.log:
         times.setdefault(w.key, []).append(at)
     for seen in times.values():
-        assert all(b - a >= interval - 1e-9 for a, b in itertools.pairwise(seen))
+        assert all(b - a >= interval - 1e-6 for a, b in itertools.pairwise(seen))
     # Overall: within the token bucket over every window.
     starts = [at for at, _ in api.log]
     for i, t0 in enumerate(starts):
