@@ -942,19 +942,48 @@ def _bird_path(attrs: Mapping[str, str]) -> RibPath:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _BirdProtocol:
+    """One protocol of ``birdc show protocols all``: its header line's words (Name Proto
+    Table State Since(date and/or time) Info), its neighbour address if it shows one,
+    and its other lines, stripped."""
+
+    header: tuple[str, ...]
+    neighbor: IPAddress | None
+    lines: tuple[str, ...]
+
+    @property
+    def bgp_name(self) -> str:
+        """The protocol's name if it is a BGP protocol, else ""."""
+        h = self.header
+        return h[0] if len(h) > 5 and h[1] == "BGP" else ""
+
+
+def _bird_protocols(text: str) -> Iterator[_BirdProtocol]:
+    """The protocols of ``birdc show protocols all``, one block each (the one walk every
+    parser below shares)."""
+    header: tuple[str, ...] = ()
+    neighbor: IPAddress | None = None
+    lines: list[str] = []
+    for line in [*text.splitlines(), "END"]:
+        s = line.strip()
+        if line and not line[0].isspace():
+            if header:
+                yield _BirdProtocol(header, neighbor, tuple(lines))
+            header, neighbor, lines = tuple(line.split()), None, []
+        elif s.startswith("Neighbor address:"):
+            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
+        elif s:
+            lines.append(s)
+
+
 def parse_bird_protocols(text: str) -> dict[IPAddress, str]:
     """Neighbour address -> BGP state from ``birdc show protocols all``."""
     out: dict[IPAddress, str] = {}
-    state: str | None = None
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("BGP state:"):
-            state = s.split(":", 1)[1].strip()
-        elif s.startswith("Neighbor address:") and state is not None:
-            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = state
-            state = None
-        elif line and not line[0].isspace():
-            state = None
+    for p in _bird_protocols(text):
+        states = [s.split(":", 1)[1].strip() for s in p.lines if s.startswith("BGP state:")]
+        if p.neighbor is not None and states:
+            out[p.neighbor] = states[0]
     return out
 
 
@@ -966,18 +995,11 @@ _BIRD_UP = re.compile(r"<TRACE> (\S+): State changed to up$")
 def parse_bird_established(text: str) -> dict[IPAddress, str]:
     """Per Established neighbour, the name of its protocol in ``birdc show protocols
     all`` (a dynamic BGP protocol per neighbour of a range)."""
-    out: dict[IPAddress, str] = {}
-    name, established = "", False
-    for line in text.splitlines():
-        s = line.strip()
-        if line and not line[0].isspace():
-            words = line.split()
-            # Name Proto Table State Since(date and/or time) Info
-            name = words[0] if len(words) > 5 and words[1] == "BGP" else ""
-            established = bool(name) and words[-1] == "Established"
-        elif s.startswith("Neighbor address:") and name and established:
-            out[ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])] = name
-    return out
+    return {
+        p.neighbor: p.bgp_name
+        for p in _bird_protocols(text)
+        if p.neighbor is not None and p.bgp_name and p.header[-1] == "Established"
+    }
 
 
 def count_bird_ups(log: str) -> dict[str, int]:
@@ -1007,36 +1029,24 @@ def parse_bird_restarting(text: str) -> set[IPAddress]:
     """Neighbours shown with ``Neighbor graceful restart active`` by ``birdc show
     protocols all``: BIRD keeps their routes as stale (session down within the restart
     time, or back and waiting for End-of-RIB)."""
-    out: set[IPAddress] = set()
-    neighbor: IPAddress | None = None
-    active = False
-    for line in [*text.splitlines(), "END"]:
-        s = line.strip()
-        if line and not line[0].isspace():
-            if neighbor is not None and active:
-                out.add(neighbor)
-            neighbor, active = None, False
-        elif s.startswith("Neighbor address:"):
-            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
-        elif s == "Neighbor graceful restart active":
-            active = True
-    return out
+    return {
+        p.neighbor
+        for p in _bird_protocols(text)
+        if p.neighbor is not None and "Neighbor graceful restart active" in p.lines
+    }
 
 
 def parse_bird_changes(text: str) -> dict[IPAddress, int]:
     """Neighbour address -> received route updates + withdrawals (``show protocols all``)."""
     out: dict[IPAddress, int] = {}
-    neighbor: IPAddress | None = None
-    for line in text.splitlines():
-        s = line.strip()
-        if line and not line[0].isspace():
-            neighbor = None
-        elif s.startswith("Neighbor address:"):
-            neighbor = ipaddress.ip_address(s.split(":", 1)[1].strip().split("%")[0])
-            out.setdefault(neighbor, 0)
-        elif neighbor is not None and s.startswith(("Import updates:", "Import withdraws:")):
-            received = s.split(":", 1)[1].split()[0]
-            out[neighbor] += int(received) if received.isdigit() else 0
+    for p in _bird_protocols(text):
+        if p.neighbor is None:
+            continue
+        out[p.neighbor] = 0
+        for s in p.lines:
+            if s.startswith(("Import updates:", "Import withdraws:")):
+                received = s.split(":", 1)[1].split()[0]
+                out[p.neighbor] += int(received) if received.isdigit() else 0
     return out
 
 
