@@ -1,5 +1,5 @@
-"""Kubernetes credentials: an in-cluster service account read here, a kubeconfig resolved
-by the official client in a short-lived child process.
+"""Kubernetes credentials: an in-cluster service account or a static kubeconfig read here,
+any other kubeconfig resolved by the official client in a short-lived child process.
 
 In a pod (no kubeconfig anywhere), the settings are what Kubernetes documents for
 in-cluster clients: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, the
@@ -10,11 +10,14 @@ importing the official client for nothing).
 The `kubernetes` package is the supported reader of kubeconfig files (contexts, exec and
 OIDC plugins, *-data fields, relative paths), but its package imports the whole generated
 client: about 21 MiB more resident memory in every speaker, for settings read once. So
-for a kubeconfig the loaders run in a child,
+for a kubeconfig with an exec or auth-provider user (or several files in KUBECONFIG, or
+one the loader would refuse) the loaders run in a child,
 ``python -m k8s_watcher.credentials [--kubeconfig PATH] [--context NAME]``, which prints
 the resolved connection settings as one JSON object and exits; the daemon reads them into
 `Credentials` and talks to the API with aiohttp itself (k8s_watcher.client), never
-importing `kubernetes`.
+importing `kubernetes`. A static kubeconfig (a token, a token file, a client certificate or
+basic auth: nothing that expires) is read in this process by k8s_watcher.kubeconfig with
+the loader's rules, which costs milliseconds instead of the child's second.
 
 Freshness, as the official client keeps it:
 
@@ -323,7 +326,15 @@ async def resolve(kubeconfig: str | None, context: str | None) -> Credentials:
     path = resolve_kubeconfig(kubeconfig, os.environ)
     if path is None:
         return in_cluster()
-    return await run_child(path, context)
+    return _static(path, context) or await run_child(path, context)
+
+
+def _static(path: str, context: str | None) -> Credentials | None:
+    """A static kubeconfig read in this process (k8s_watcher.kubeconfig), or None for
+    the child. Imported here because that module builds this module's Credentials."""
+    from k8s_watcher.kubeconfig import read_static
+
+    return read_static(path, context)
 
 
 async def run_child(kubeconfig: str | None, context: str | None) -> Credentials:
@@ -423,8 +434,8 @@ class CredentialSource:
                 path = resolve_kubeconfig(self.kubeconfig, os.environ)
             except CredentialsError:
                 path = self.kubeconfig  # a named file is missing: the child says so
-            if path is None:
-                return
+            if path is None or _static(path, self.context) is not None:
+                return  # in-cluster or a static kubeconfig: the first `get` reads it
             argv = child_argv(path, self.context)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE

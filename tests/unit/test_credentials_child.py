@@ -89,16 +89,22 @@ def test_client_certificate_and_insecure_kubeconfig(tmp_path: Path) -> None:
     assert creds.verify is False
 
 
-def test_exec_plugin_reports_its_expiry(tmp_path: Path) -> None:
+def exec_kubeconfig(tmp_path: Path, token: str = "tok") -> str:  # noqa: S107
+    """A kubeconfig whose user is an exec plugin (a token that expires): the kind only the
+    child resolves (a static one is read in the process: test_kubeconfig_static.py)."""
     plugin = tmp_path / "plugin.sh"
     plugin.write_text(
         '#!/bin/sh\necho \'{"apiVersion":"client.authentication.k8s.io/v1",'
-        '"kind":"ExecCredential","status":{"token":"tok",'
+        f'"kind":"ExecCredential","status":{{"token":"{token}",'
         '"expirationTimestamp":"2030-01-02T03:04:05Z"}}\'\n'
     )
     plugin.chmod(0o755)
     exec_user = {"apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin)}
-    path = kubeconfig(tmp_path, {"exec": exec_user}, {"server": "http://127.0.0.1:1"})
+    return kubeconfig(tmp_path, {"exec": exec_user}, {"server": "http://127.0.0.1:1"})
+
+
+def test_exec_plugin_reports_its_expiry(tmp_path: Path) -> None:
+    path = exec_kubeconfig(tmp_path)
     creds = resolve_here(path, None, {})
     assert creds.authorization == "Bearer tok"
     assert creds.expires == 1893553445.0
@@ -319,7 +325,7 @@ def test_from_json_refuses_what_is_not_credentials() -> None:
 def test_a_child_started_early_is_the_first_answer(tmp_path: Path) -> None:
     """The speaker starts the child before its own imports; the first get() collects it
     (the runner is not used) and a failure there is the same one line."""
-    path = kubeconfig(tmp_path, {"token": "abc"}, {"server": "http://127.0.0.1:1"})
+    path = exec_kubeconfig(tmp_path, token="abc")
     child = FakeChild(creds("Bearer never"))
     source = CredentialSource(path, runner=child)
     source.start_early()
@@ -335,7 +341,7 @@ def test_a_child_started_early_is_the_first_answer(tmp_path: Path) -> None:
 
 def test_a_child_started_early_and_never_collected_ends_with_its_parent(tmp_path: Path) -> None:
     """A speaker that stops on a bad config before it needs credentials leaves no child."""
-    path = kubeconfig(tmp_path, {"token": "abc"}, {"server": "http://127.0.0.1:1"})
+    path = exec_kubeconfig(tmp_path)
     script = (
         "import sys\n"
         "from k8s_watcher.credentials import CredentialSource\n"
