@@ -456,8 +456,9 @@ def test_watch_cut_forced_410_and_api_outage_change_no_route(
     router: str, make_lab: Callable[..., Lab]
 ) -> None:
     """The speakers watch the API. Cut watches, a compaction that answers the resumes with
-    410, and 60 s without the API: the router receives no route change at all (the
-    speakers keep their last known state); afterwards a change is followed again."""
+    410, and 30 s without the API (over three hold times, five informer retries): the
+    router receives no route change at all (the speakers keep their last known state);
+    afterwards a change is followed again."""
     lab = make_lab(router, hold_time=9)
     assert lab.apisim is not None
     [web] = lab.services
@@ -479,7 +480,7 @@ def test_watch_cut_forced_410_and_api_outage_change_no_route(
     watch_fib(3)
     lab.api_outage(True)
     try:
-        watch_fib(60)
+        watch_fib(30)
     finally:
         lab.api_outage(False)
     watch_fib(3)
