@@ -287,7 +287,8 @@ async def test_the_speaker_never_imports_the_kubernetes_package(
     decision for the Service in /status), then stopped: Python's import log
     (PYTHONPROFILEIMPORTTIME: every module the process imported, in its stderr) names
     aiohttp and no `kubernetes` module. The credentials child's imports go to a pipe.
-    Nor, without SpeakerConfig.mqtt, the MQTT client (aiomqtt, paho)."""
+    Nor, without SpeakerConfig.mqtt, the MQTT client (aiomqtt, paho), nor the modules
+    of the CLI's other commands."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
     async with simulator(tmp_path, crds=True, token="node-token") as (sim, kubeconfig):
         seed(sim, tmp_path / "work")
@@ -309,3 +310,7 @@ async def test_the_speaker_never_imports_the_kubernetes_package(
     unused = ("kubernetes", "aiomqtt", "paho")
     heavy = sorted(m for m in imported if m.split(".")[0] in unused)
     assert heavy == []
+    # The CLI's parser is built for `speaker` alone: no other command's module.
+    commands = {m for m in imported if m.startswith("bgpd.cli.")}
+    assert "bgpd.cli.controller" in commands  # its leader-election flags
+    assert commands <= {"bgpd.cli.controller", "bgpd.cli.speaker"}
