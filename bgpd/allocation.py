@@ -62,6 +62,7 @@ it from status, with the result as `previous`) changes nothing.
 
 from __future__ import annotations
 
+import bisect
 import ipaddress
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -337,6 +338,39 @@ class _User:
     ports: frozenset[tuple[str, int]]
 
 
+class PoolIndex:
+    """Which pools hold an address, by binary search: the config's address ranges cut
+    into segments (per IP family, between every range's first address and the one after
+    its last), each with the indexes, in config order, of the pools whose ranges cover
+    it. A pass looks up every Service's current IPs; scanning the pools for each made it
+    Services x pools (250 us per Service at 100 pools). Overlapping pools, which config
+    validation refuses, are still answered right."""
+
+    def __init__(self, pools: tuple[IPAddressPool, ...]) -> None:
+        self._starts: dict[int, list[int]] = {}
+        self._holders: dict[int, list[tuple[int, ...]]] = {}
+        for version in {r.version for p in pools for r in p.addresses}:
+            spans = [
+                (int(r.first), int(r.last) + 1, i)
+                for i, p in enumerate(pools)
+                for r in p.addresses
+                if r.version == version
+            ]
+            cuts = sorted({edge for first, end, _ in spans for edge in (first, end)})
+            holders = [
+                tuple(sorted({i for first, end, i in spans if first <= cut < end})) for cut in cuts
+            ]
+            self._starts[version], self._holders[version] = cuts, holders
+
+    def holding(self, ip: IPAddress) -> tuple[int, ...]:
+        """The indexes (config order) of the pools with a range that contains ``ip``."""
+        starts = self._starts.get(ip.version)
+        if not starts:
+            return ()
+        at = bisect.bisect_right(starts, int(ip)) - 1
+        return self._holders[ip.version][at] if at >= 0 else ()
+
+
 @dataclass(slots=True)
 class _State:
     config: Config
@@ -350,6 +384,8 @@ class _State:
     #: the run). Without it every Service walked each full pool's ranges again: with
     #: Services filling pools in order, a pass grew with Services x full pools.
     full: set[tuple[PoolName, int]] = field(default_factory=set)
+    #: Built at the first lookup (pool_of_all).
+    index: PoolIndex | None = None
 
     def conflict(self, req: _Request, ip: IPAddress) -> tuple[FailureReason, str] | None:
         """None when `req` may use `ip` next to its current users (MetalLB checkSharing)."""
@@ -388,8 +424,18 @@ class _State:
                 self.shared.setdefault(req.sharing, set()).add(ip)
 
     def pool_of_all(self, ips: tuple[IPAddress, ...]) -> IPAddressPool | None:
-        """The one pool holding every address (MetalLB poolFor)."""
-        return next((p for p in self.config.pools if all(_in_pool(p, ip) for ip in ips)), None)
+        """The one pool holding every address (MetalLB poolFor): the first in config
+        order, as a scan of the pools would find it."""
+        if not ips:
+            return self.config.pools[0] if self.config.pools else None
+        if self.index is None:
+            self.index = PoolIndex(self.config.pools)
+        rest = [set(self.index.holding(ip)) for ip in ips[1:]]
+        for i in self.index.holding(ips[0]):
+            pool = self.config.pools[i]
+            if all(i in held for held in rest) and all(_in_pool(pool, ip) for ip in ips):
+                return pool
+        return None
 
     def lowest(self, pool: IPAddressPool, req: _Request, family: int) -> IPAddress | None:
         """The lowest address of `family` in `pool` that `req` may use: the first free one,

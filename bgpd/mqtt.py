@@ -52,8 +52,7 @@ import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import aiomqtt
+from typing import TYPE_CHECKING
 
 from bgpd.bandwidth import bytes_per_second
 from bgpd.logs import log
@@ -69,6 +68,11 @@ from bgpd.model import (
     RouteChange,
     SpeakerEvent,
 )
+
+if TYPE_CHECKING:
+    # Imported where a connection is made: aiomqtt and paho (~1 MiB) are loaded only by
+    # a speaker with SpeakerConfig.mqtt (a structure test holds that).
+    import aiomqtt
 
 _logger = logging.getLogger("bgpd.mqtt")
 
@@ -309,6 +313,8 @@ class MQTTPublisher:
     # ------------------------------------------------------------------ network side
 
     def _client(self) -> aiomqtt.Client:
+        import aiomqtt  # only with MQTT configured (see the top)
+
         c = self.config
         return aiomqtt.Client(
             c.host,
@@ -325,6 +331,8 @@ class MQTTPublisher:
 
     async def run(self) -> None:
         """Connect, publish, and reconnect forever; returns only by cancellation."""
+        import aiomqtt  # only with MQTT configured (see the top)
+
         attempt = 0
         loop = asyncio.get_running_loop()
         while True:

@@ -70,7 +70,10 @@ def add_common_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser(prog: str = "kube-bgpd") -> argparse.ArgumentParser:
+def build_parser(prog: str = "kube-bgpd", only: str | None = None) -> argparse.ArgumentParser:
+    """Every command's parser; with ``only``, the other commands' modules are neither
+    imported nor asked for their flags (they are listed in --help all the same): the
+    long-running speaker then does not hold the client commands' modules."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="Announce Kubernetes LoadBalancer Service IPs to routers over BGP.",
@@ -80,6 +83,8 @@ def build_parser(prog: str = "kube-bgpd") -> argparse.ArgumentParser:
     for name, module, help_text in COMMANDS:
         p = sub.add_parser(name, help=help_text, description=help_text)
         add_common_flags(p)
+        if only is not None and name != only:
+            continue
         mod = _load(module)
         if mod is not None:
             mod.configure(p)
@@ -106,8 +111,13 @@ def _load(module: str) -> CommandModule | None:
 
 
 def main(argv: Sequence[str] | None = None, *, prog: str = "kube-bgpd") -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # The command is the first word that is not an option (the top level has only -h
+    # and --version); anything else parses with every command, for argparse's message.
+    chosen = next((w for w in words if not w.startswith("-")), None)
+    known = {name for name, _, _ in COMMANDS}
+    parser = build_parser(prog, only=chosen if chosen in known else None)
+    args = parser.parse_args(words)
     mod = _load(args._module)
     if mod is None:
         parser.error(f"{args.command}: not available in this build")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from bgpd.clusterfile import DumpRead
     from bgpd.controller import Controller
 
 #: Exit codes (docs/operations.md): 0 stopped; 1 failed to start or while running (the
@@ -117,10 +118,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"kube-bgpd speaker: {exc}", file=sys.stderr)
         return EXIT_CONFIG
 
-    problem = _preflight(args)
+    problem, read = _preflight(args)
     if problem is not None:
         print(f"kube-bgpd speaker: {problem}", file=sys.stderr)
         return EXIT_FAILED
+    # The dump as read here is the file source's first read (handed over once: parsed
+    # once at start).
+    first_reads = [read] if read is not None else []
+    del read  # only first_reads holds it: the source drops it after its first read
 
     options = SourceOptions(
         node=NodeName(args.node_name),
@@ -218,7 +223,12 @@ def run(args: argparse.Namespace) -> int:
             config=config,
             config_paths=args.config,
             node=options.node,
-            source=make_source(options, config, observer=watch),
+            source=make_source(
+                options,
+                config,
+                observer=watch,
+                first_read=first_reads.pop() if first_reads else None,
+            ),
             work_dir=work_dir,
             status_address=address,
             registry=registry,
@@ -260,24 +270,24 @@ def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
     return out
 
 
-def _preflight(args: argparse.Namespace) -> str | None:
+def _preflight(args: argparse.Namespace) -> tuple[str | None, DumpRead | None]:
     """What stops the speaker before it starts, as one line, or None: the cluster dump
     (a bad one at start is an error; a bad one later keeps the last good snapshot), or
-    the Kubernetes credentials (a missing or garbage kubeconfig does not fix itself)."""
+    the Kubernetes credentials (a missing or garbage kubeconfig does not fix itself).
+    With a cluster dump, also the dump as read, for the source's first read."""
     import asyncio
 
     if args.cluster_file:
-        from bgpd.objects import DumpError, parse_dump
+        from bgpd.clusterfile import read_dump
+        from bgpd.objects import DumpError
 
         try:
-            with open(args.cluster_file, encoding="utf-8") as fh:
-                parse_dump(fh.read())
+            return None, read_dump(Path(args.cluster_file))
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            return f"cannot read cluster file {args.cluster_file}: {reason}"
+            return f"cannot read cluster file {args.cluster_file}: {reason}", None
         except DumpError as exc:
-            return f"cluster file {args.cluster_file}: {exc}"
-        return None
+            return f"cluster file {args.cluster_file}: {exc}", None
     from k8s_watcher.client import load_credentials
     from k8s_watcher.errors import CredentialsError
 
@@ -285,5 +295,5 @@ def _preflight(args: argparse.Namespace) -> str | None:
         # Kept for the daemon's clients: the credentials child runs once.
         asyncio.run(load_credentials(args.kubeconfig))
     except CredentialsError as exc:
-        return exc.message
-    return None
+        return exc.message, None
+    return None, None

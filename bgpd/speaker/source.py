@@ -21,11 +21,14 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bgpd.metrics import WatchMetrics
 from bgpd.model import Config, Decision, IPNetwork, NodeName, PeerName, ServiceKey
 from bgpd.reconciler import SnapshotSource
+
+if TYPE_CHECKING:
+    from bgpd.clusterfile import DumpRead
 
 
 class RunnableSource(SnapshotSource, Protocol):
@@ -120,18 +123,29 @@ class SourceOptions:
 
 
 def make_source(
-    options: SourceOptions, config: Config, *, observer: WatchMetrics | None = None
+    options: SourceOptions,
+    config: Config,
+    *,
+    observer: WatchMetrics | None = None,
+    first_read: DumpRead | None = None,
 ) -> RunnableSource:
     """The one place that picks the cluster source. `observer` counts watch events and
     relists (the Kubernetes source's informers take it as their InformerObserver); the
-    file source has no watch to count."""
+    file source has no watch to count. `first_read`: the cluster dump as already read
+    (the file source's first read; not kept in SourceOptions, which lives as long as the
+    process, so a later read can free it)."""
     from bgpd.clusterfile import ClusterFileSource
 
     if options.cluster_file is not None:
         from k8s_watcher.client import default_namespace
 
         # passwordSecrets without a namespace: where the Kubernetes source looks.
-        return ClusterFileSource(options.cluster_file, config=config, namespace=default_namespace())
+        return ClusterFileSource(
+            options.cluster_file,
+            config=config,
+            namespace=default_namespace(),
+            first=first_read,
+        )
     from k8s_watcher.cache import SpeakerSource
     from k8s_watcher.status_writer import StatusLimits
 

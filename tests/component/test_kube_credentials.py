@@ -286,7 +286,9 @@ async def test_the_speaker_never_imports_the_kubernetes_package(
     Service's status, Events) against the simulator with a bearer token, synced (its
     decision for the Service in /status), then stopped: Python's import log
     (PYTHONPROFILEIMPORTTIME: every module the process imported, in its stderr) names
-    aiohttp and no `kubernetes` module. The credentials child's imports go to a pipe."""
+    aiohttp and no `kubernetes` module. The credentials child's imports go to a pipe.
+    Nor, without SpeakerConfig.mqtt, the MQTT client (aiomqtt, paho), nor the modules
+    of the CLI's other commands."""
     monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")
     async with simulator(tmp_path, crds=True, token="node-token") as (sim, kubeconfig):
         seed(sim, tmp_path / "work")
@@ -305,5 +307,10 @@ async def test_the_speaker_never_imports_the_kubernetes_package(
         if line.startswith("import time:") and "|" in line
     }
     assert {"aiohttp", "k8s_watcher.client", "k8s_watcher.leader"} <= imported
-    heavy = sorted(m for m in imported if m == "kubernetes" or m.startswith("kubernetes."))
+    unused = ("kubernetes", "aiomqtt", "paho")
+    heavy = sorted(m for m in imported if m.split(".")[0] in unused)
     assert heavy == []
+    # The CLI's parser is built for `speaker` alone: no other command's module.
+    commands = {m for m in imported if m.startswith("bgpd.cli.")}
+    assert "bgpd.cli.controller" in commands  # its leader-election flags
+    assert commands <= {"bgpd.cli.controller", "bgpd.cli.speaker"}

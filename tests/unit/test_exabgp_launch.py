@@ -111,6 +111,53 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
     assert b.nlri.action == change.nlri.action != 2
 
 
+def test_the_routes_of_one_command_share_one_attribute_copy_per_neighbour() -> None:
+    """What keeps ExaBGP's adj-rib-out small: one copy of a command's attribute set per
+    neighbour and next hop, not one per route; another command gets its own."""
+    [n1, n2, _], changes = parse("attributes next-hop self med 5 nlri 10.99.0.1/32 10.99.0.2/32")
+    _, [other] = parse("attributes next-hop self med 5 nlri 10.99.0.3/32")
+    first = [launch.remove_self(n1, c).attributes for c in changes]
+    second = [launch.remove_self(n2, c).attributes for c in changes]
+    assert first[0] is first[1]
+    assert second[0] is second[1]
+    assert first[0] is not second[0]
+    assert str(first[0][3]) == "192.0.2.10"
+    assert str(second[0][3]) == "192.0.2.11"
+    assert launch.remove_self(n1, other).attributes is not first[0]
+    # The parsed set kept its own next hop.
+    assert changes[0].attributes is changes[1].attributes
+    assert str(changes[0].attributes[3]) == "self"
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        pytest.param("watchdog dog", id="watchdog"),
+        pytest.param("withdraw", id="withdraw"),
+        pytest.param("name foo", id="name"),
+    ],
+)
+def test_an_attribute_set_with_an_internal_code_is_copied_per_route(words: str) -> None:
+    """The adj-rib-out pops a watchdog's codes from the route's own set: never shared."""
+    [n1, _, _], changes = parse(f"attributes next-hop self {words} nlri 10.99.0.1/32 10.99.0.2/32")
+    got = [launch.remove_self(n1, c) for c in changes]
+    assert got[0].attributes is not got[1].attributes
+    want = [Neighbor.remove_self(n1, c).extensive() for c in changes]
+    assert [g.extensive() for g in got] == want
+
+
+def test_a_parsed_set_changed_after_its_copy_is_copied_again() -> None:
+    [n1, _, _], changes = parse("attributes next-hop self nlri 10.99.0.1/32 10.99.0.2/32")
+    [med] = parse("attributes next-hop self med 7 nlri 10.99.0.9/32")[1]
+    extra = med.attributes[4]  # MULTI_EXIT_DISC
+    a = launch.remove_self(n1, changes[0]).attributes
+    changes[1].attributes.add(extra)
+    b = launch.remove_self(n1, changes[1]).attributes
+    assert a is not b
+    assert extra.ID not in a
+    assert b[extra.ID] is extra
+
+
 #: ExaBGP's own check, before any test patched it.
 PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
 

@@ -146,3 +146,32 @@ def test_console_script(tmp_path: Path) -> None:
     )
     assert failed.returncode == 1
     assert failed.stdout.splitlines()[-1] == "invalid: 3 errors"
+
+
+def test_a_command_loads_only_its_own_module() -> None:
+    """The parser is built for the command given: `kube-bgpd validate` (and the
+    long-running speaker) do not import the other commands' modules, and --help still
+    lists every command."""
+    probe = (
+        "import sys\n"
+        "from bgpd.cli import main\n"
+        "code = main(['validate', sys.argv[1]])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('bgpd.cli.')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(EXAMPLES / "one-tor.yaml")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert out.stdout.splitlines()[-1] == "['bgpd.cli.validate']", out.stderr
+    helped = subprocess.run(
+        [sys.executable, "-c", "from bgpd.cli import main; main(['--help'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    for command in ("validate", "explain", "speaker", "controller", "status", "drain"):
+        assert command in helped.stdout
