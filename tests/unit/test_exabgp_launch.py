@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from exabgp.bgp.message import Action
+from exabgp.bgp.message.notification import Notify
+from exabgp.bgp.message.update.nlri.nlri import NLRI
 from exabgp.bgp.neighbor import Neighbor
 from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
@@ -113,6 +116,45 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
 
 #: ExaBGP's own check, before any test patched it.
 PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
+#: ExaBGP's own NLRI parser entry (a classmethod), before any test patched it.
+UNPACK_NLRI = NLRI.__dict__["unpack_nlri"]
+
+
+@pytest.mark.parametrize(
+    ("afi", "safi", "data"),
+    [
+        pytest.param(1, 1, bytes([32, 10, 99, 0, 1, 24, 10, 99, 1]), id="ipv4-two-prefixes"),
+        pytest.param(2, 1, bytes([128]) + bytes(range(16)), id="ipv6-host"),
+        pytest.param(1, 1, b"", id="empty"),
+    ],
+)
+def test_unpack_nlri_same_result_as_exabgps_own(afi: int, safi: int, data: bytes) -> None:
+    """What ExaBGP reports of an UPDATE it sent is parsed by this: the same NLRI, the
+    same rest, for each family; the key is made once and reused."""
+    log.init(getenv())
+    for _ in range(2):
+        try:
+            want = UNPACK_NLRI.__func__(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+        except Exception as exc:  # the empty payload: compared as the same error
+            with pytest.raises(type(exc)):
+                launch.unpack_nlri(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+            continue
+        got = launch.unpack_nlri(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+        assert type(got[0]) is type(want[0])
+        assert str(got[0]) == str(want[0])
+        assert got[0].index() == want[0].index()
+        assert bytes(got[1]) == bytes(want[1])
+    assert launch._family_key.cache_info().hits >= 1
+
+
+def test_unpack_nlri_unknown_family_is_the_same_notification() -> None:
+    log.init(getenv())
+    errors = []
+    for unpack in (UNPACK_NLRI.__func__, launch.unpack_nlri):
+        with pytest.raises(Notify) as caught:
+            unpack(NLRI, 99, 77, b"\x00", Action.ANNOUNCE, False)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
 
 
 @pytest.fixture
@@ -123,6 +165,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(Neighbor, "remove_self", original)
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
+    monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
     return original
 
 
@@ -139,6 +182,7 @@ def test_installed_exabgp_is_the_verified_one(
     assert Neighbor.remove_self is launch.remove_self
     assert launch.ASYNC_STEPS == ASYNC.LIMIT
     assert Reactor._pending_adjribout is launch.no_pending_adjribout
+    assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
     assert warning_lines(capsys) == []
 
 
@@ -261,6 +305,7 @@ def assert_unmodified(
     assert Neighbor.remove_self is original
     assert ASYNC.LIMIT == 50
     assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
+    assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
     # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
     [line] = warning_lines(capsys)
     assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")
