@@ -22,6 +22,7 @@ from exabgp.bgp.neighbor import Neighbor
 from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
 from exabgp.logger import log
+from exabgp.protocol.family import AFI, SAFI, Family
 from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
 
@@ -118,6 +119,35 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
 PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
 #: ExaBGP's own NLRI parser entry (a classmethod), before any test patched it.
 UNPACK_NLRI = NLRI.__dict__["unpack_nlri"]
+#: ExaBGP's own Family.family, before any test patched it.
+FAMILY = Family.__dict__["family"]
+
+
+@pytest.mark.parametrize(
+    ("afi", "safi"),
+    [
+        pytest.param(1, 1, id="ipv4-unicast"),
+        pytest.param(2, 1, id="ipv6-unicast"),
+        pytest.param(AFI.ipv4, SAFI.multicast, id="created"),
+        pytest.param(0, 0, id="undefined-is-falsy"),
+        pytest.param(99, 77, id="unknown-not-cached"),
+    ],
+)
+def test_family_same_result_as_exabgps_own(afi: int, safi: int) -> None:
+    """A new Family each call, holding the very AFI and SAFI objects the original's
+    constructor gets from AFI.create() and SAFI.create() (equal values for the unknown
+    ones, which create() builds anew), for a Family and for a route's NLRI."""
+    _, [change] = parse("attributes next-hop self nlri 10.99.0.7/32")
+    for route in (Family(afi, safi), change.nlri):
+        want, got = FAMILY(route), launch.family(route)
+        assert type(got) is type(want) is Family
+        assert vars(got) == vars(want)
+        assert [type(v) for v in vars(got).values()] == [type(v) for v in vars(want).values()]
+        cached = (AFI.cache.get(route.afi), SAFI.cache.get(route.safi))
+        for mine, theirs, known in zip(got.afi_safi(), want.afi_safi(), cached, strict=True):
+            assert (mine is theirs) == (known is not None)
+        assert got is not launch.family(route)
+        assert got.afi_safi() == route.afi_safi()
 
 
 @pytest.mark.parametrize(
@@ -166,6 +196,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
     monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
+    monkeypatch.setattr(Family, "family", FAMILY)
     return original
 
 
@@ -183,6 +214,7 @@ def test_installed_exabgp_is_the_verified_one(
     assert launch.ASYNC_STEPS == ASYNC.LIMIT
     assert Reactor._pending_adjribout is launch.no_pending_adjribout
     assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
+    assert Family.family is launch.family
     assert warning_lines(capsys) == []
 
 
@@ -306,6 +338,7 @@ def assert_unmodified(
     assert ASYNC.LIMIT == 50
     assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
     assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
+    assert Family.__dict__["family"] is FAMILY
     # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
     [line] = warning_lines(capsys)
     assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")
