@@ -27,30 +27,9 @@ from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
 
 from bgpd.exabgp import launch
+from kbgpd_lab.kit.exabgp_conf import NEIGHBORS
 
-CONFIG = """
-neighbor 192.0.2.1 {
-    router-id 192.0.2.10;
-    local-address 192.0.2.10;
-    local-as 65001;
-    peer-as 65000;
-    family { ipv4 unicast; }
-}
-neighbor 192.0.2.2 {
-    router-id 192.0.2.11;
-    local-address 192.0.2.11;
-    local-as 65001;
-    peer-as 65001;
-    family { ipv4 unicast; }
-}
-neighbor 2001:db8::1 {
-    router-id 192.0.2.12;
-    local-address 2001:db8::12;
-    local-as 65001;
-    peer-as 65000;
-    family { ipv6 unicast; }
-}
-"""
+CONFIG = NEIGHBORS
 
 
 def parse(line: str) -> tuple[list[Any], list[Any]]:
