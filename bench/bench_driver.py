@@ -4,6 +4,7 @@ Run as root from the repository root:
 
     .venv/bin/python bench/bench_driver.py [--samples 50] [--routes 10000]
     .venv/bin/python bench/bench_driver.py --bulk-peer bird [--routes 10000] [--repeat 5]
+        [--shapes 4x100,8x100] [--launcher-only]
 
 It builds a one-node lab (router namespace with GoBGP, node1 namespace for ExaBGP) and
 measures, in one run:
@@ -20,7 +21,9 @@ measures, in one run:
 
 With ``--bulk-peer bird`` only the bulk part runs, against BIRD, ``--repeat`` times per
 variant: bare ExaBGP, the driver (ExaBGP through bgpd/exabgp/launch.py, the default) and
-the driver with ExaBGP's own entry point ("stock"), each with ExaBGP's CPU per run.
+the driver with ExaBGP's own entry point ("stock"), each with ExaBGP's CPU per run; the
+driver through the launcher once per window x batch of ``--shapes``, and with
+``--launcher-only`` nothing else.
 
 "Bare ExaBGP" is ExaBGP with a minimal API process (``cat`` of a FIFO opened read-write
 for commands, acks drained to a file) and the same neighbour configuration.
