@@ -1,8 +1,8 @@
-"""Start ExaBGP in this interpreter with four verified hot spots made cheaper, or as it is.
+"""Start ExaBGP in this interpreter with two verified hot spots made cheaper, or unmodified.
 
 ``python -m bgpd.exabgp.launch server CONF`` is ``python -m exabgp server CONF`` after
-five changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts
-in a neighbour's adj-rib-out (about 60 objects per route), which profiling showed to be about
+three changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts in a
+neighbour's adj-rib-out (about 60 objects per route), which profiling showed to be about
 half of ExaBGP's CPU time when it takes 10,000 routes from the API (docs/benchmarks.md).
 The copy exists so the per-neighbour next-hop rewrite ("next-hop self") cannot leak into
 the shared parsed route or into another neighbour's copy. The replacement keeps exactly
@@ -12,13 +12,8 @@ never mutated in place after parsing. Second, the reactor may run :data:`ASYNC_S
 queued route steps per loop turn instead of 50 (see there). Third, a configuration reload
 is never skipped because updates are still queued (:func:`no_pending_adjribout`): the
 speaker reloads ExaBGP in place (bgpd/exabgp/reload.py) and must know it happened.
-Fourth, ``NLRI.unpack_nlri`` formats its family key once per family instead of once per
-NLRI (:func:`unpack_nlri`): ExaBGP parses every UPDATE it sends to report it to the
-speaker, and that formatting was ~6% of its CPU while it sent 30,000 routes. Fifth,
-``Family.family`` builds its result without the constructor's throw-away objects
-(:func:`family`: its calls were ~11% there; each now costs about half).
 
-The launcher fails open: it must never be the reason ExaBGP does not start. The changes
+The launcher fails open: it must never be the reason ExaBGP does not start. Both changes
 are applied only when the source of every ExaBGP function and class the replacement
 calls or assumes (:data:`RELIED_ON`) is byte-for-byte what it was checked against
 (ExaBGP 5.0.15, pinned in pyproject.toml); a changed or missing source (an ExaBGP
@@ -30,6 +25,13 @@ runtime reads: an unmodified ExaBGP is restarted for a configuration change inst
 reloaded. It also compares the route steps the driver may keep
 queued (``$KUBE_BGPD_EXABGP_STEPS``, set by the runtime) with the step limit in force in
 this ExaBGP, read from its reactor class, and says so when a turn cannot take them all.
+
+It also makes two steps of ExaBGP's parsing cheaper, verified the same way:
+``NLRI.unpack_nlri`` formats its family key once per family instead of once per NLRI
+(:func:`unpack_nlri`: ExaBGP parses every UPDATE it sends to report it to the speaker,
+and that formatting was ~6% of its CPU while it sent 30,000 routes), and
+``Family.family`` builds its result without the constructor's throw-away objects
+(:func:`family`: its calls were ~11% there; each now costs about half).
 
 This module must not import anything from kube-bgpd: it runs inside ExaBGP's process.
 """
@@ -104,19 +106,6 @@ RELIED_ON: Mapping[str, str] = {
     "exabgp.reactor.asynchronous:ASYNC": (
         "0516fc1478a4d2f6ff6b9b0284cf72d343181c638690bbf878341e4ae946c993"
     ),
-    # The reload made reliable (no_pending_adjribout): the check it replaces, its only
-    # caller (the main loop, which re-arms the signal before consulting it, so a reload
-    # refused there is lost) and the reload itself (what it does to each neighbour:
-    # bgpd/exabgp/reload.py).
-    "exabgp.reactor.loop:Reactor._pending_adjribout": (
-        "1eca799614b5b01c8fe9b0c294f490185264394dca086b92cc1ed0484b41f8a3"
-    ),
-    "exabgp.reactor.loop:Reactor.run": (
-        "2be669a4812a5c6d00309f7c19de90f9731ce222d345e307dbdecd2a892857c8"
-    ),
-    "exabgp.reactor.loop:Reactor.reload": (
-        "9d31059186ff3252436c996c286e7ea27f5df66f6893e48de86e4ae057f9cf23"
-    ),
     # The family key made once per family (unpack_nlri): the original is NLRI's (hashed
     # above, with its registry); the key's text is the AFI's and SAFI's names, which
     # depend on their value only, and create() gives those types. family() builds what
@@ -132,6 +121,19 @@ RELIED_ON: Mapping[str, str] = {
     ),
     "exabgp.protocol.family:SAFI": (
         "ae2871dbca25e44143f7ffb6e01ab22bfef461f67f9e38b0defcbc08292bdf2d"
+    ),
+    # The reload made reliable (no_pending_adjribout): the check it replaces, its only
+    # caller (the main loop, which re-arms the signal before consulting it, so a reload
+    # refused there is lost) and the reload itself (what it does to each neighbour:
+    # bgpd/exabgp/reload.py).
+    "exabgp.reactor.loop:Reactor._pending_adjribout": (
+        "1eca799614b5b01c8fe9b0c294f490185264394dca086b92cc1ed0484b41f8a3"
+    ),
+    "exabgp.reactor.loop:Reactor.run": (
+        "2be669a4812a5c6d00309f7c19de90f9731ce222d345e307dbdecd2a892857c8"
+    ),
+    "exabgp.reactor.loop:Reactor.reload": (
+        "9d31059186ff3252436c996c286e7ea27f5df66f6893e48de86e4ae057f9cf23"
     ),
 }
 
