@@ -4,6 +4,7 @@ Run as root from the repository root:
 
     .venv/bin/python bench/bench_driver.py [--samples 50] [--routes 10000]
     .venv/bin/python bench/bench_driver.py --bulk-peer bird [--routes 10000] [--repeat 5]
+        [--shapes 4x100,8x100] [--launcher-only]
 
 It builds a one-node lab (router namespace with GoBGP, node1 namespace for ExaBGP) and
 measures, in one run:
@@ -20,7 +21,9 @@ measures, in one run:
 
 With ``--bulk-peer bird`` only the bulk part runs, against BIRD, ``--repeat`` times per
 variant: bare ExaBGP, the driver (ExaBGP through bgpd/exabgp/launch.py, the default) and
-the driver with ExaBGP's own entry point ("stock"), each with ExaBGP's CPU per run.
+the driver with ExaBGP's own entry point ("stock"), each with ExaBGP's CPU per run; the
+driver through the launcher once per window x batch of ``--shapes``, and with
+``--launcher-only`` nothing else.
 
 "Bare ExaBGP" is ExaBGP with a minimal API process (``cat`` of a FIFO opened read-write
 for commands, acks drained to a file) and the same neighbour configuration.
@@ -50,7 +53,7 @@ from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttribute
 from kbgpd_lab.kit.measure import children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.processes import FedExaBGP, ProcessGroup, speaker_argv
 from kbgpd_lab.lab.lab import fed_exabgp
-from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, make_router
+from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Router, make_router
 from kbgpd_lab.lab.speakerfiles import node1_cluster_dump, one_peer_config
 from kbgpd_lab.lab.topology import Topology
 
@@ -329,42 +332,64 @@ def summary(label: str, runs: list[tuple[float, float]]) -> None:
     print(f"BIRD peer: {label}: median {median:.2f} s; runs: {each}", flush=True)
 
 
-async def bulk_against_bird(topo: Topology, work: Path, routes: int, repeat: int) -> None:
+async def bulk_against_bird(
+    topo: Topology,
+    work: Path,
+    routes: int,
+    repeat: int,
+    shapes: list[tuple[int, int]],
+    launcher_only: bool,
+) -> None:
     """Bare ExaBGP (single routes, 200 in flight), the driver (4 x 100) and the driver with
     ExaBGP's own entry point, to a BIRD peer (the peer lab-notes.md measured bare ExaBGP
-    against); each ``repeat`` times on the same session: all routes in, all out, again."""
+    against); each ``repeat`` times on the same session: all routes in, all out, again.
+    The launcher runs once per window x batch in ``shapes``; ``launcher_only`` skips bare
+    and stock ExaBGP (their figures do not move with the driver's changes)."""
     print(f"load average at start: {os.getloadavg()}", flush=True)
     router = make_router("bird", topo.router, work / "bird")
     router.start()
     try:
         counter = BirdCounter(topo, work / "bird" / "bird.ctl")
-        bare = fed_exabgp(topo, work / "bare")
-        await asyncio.to_thread(router.wait_established, 1, 30)
-        await asyncio.sleep(1)
-        runs = []
-        for _ in range(repeat):
-            before = cpu_seconds(bare.pid)
-            took = await bulk_bare(bare, counter, routes)
-            runs.append((took, cpu_seconds(bare.pid) - before))
-            bare.feed.send([f"withdraw route {p}" for p in prefixes(routes, base=20000)])
-            await counter.wait_empty()
-        summary(f"bare ExaBGP, {routes} single-route commands, 200 in flight", runs)
-        bare.close()
-        await counter.wait_empty()
+        if not launcher_only:
+            await bare_against_bird(topo, router, work, counter, routes, repeat)
         # The driver through launch.py (the default), then with ExaBGP's own entry point
-        # (a path runs as it is) to show what the launcher's two changes are worth.
+        # (a path runs as it is) to show what the launcher's changes are worth.
         stock = str(Path(sys.executable).with_name("exabgp"))
-        for label, binary in (("launcher", "exabgp"), ("stock ExaBGP", stock)):
+        variants = [("launcher", "exabgp", w, b) for w, b in shapes]
+        if not launcher_only:
+            variants.append(("stock ExaBGP", stock, 4, 100))
+        for label, binary, window, batch in variants:
             await asyncio.sleep(1)
-            drv = work / f"drv-{binary.replace('/', '_')}"
-            async with driver_runtime(topo, drv, exabgp_binary=binary) as rt:
+            drv = work / f"drv-{binary.replace('/', '_')}-{window}x{batch}"
+            async with driver_runtime(
+                topo, drv, exabgp_binary=binary, window=window, batch=batch
+            ) as rt:
                 await asyncio.to_thread(router.wait_established, 1, 30)
                 await asyncio.sleep(1)
                 runs = [await bulk_driver(rt, counter, routes) for _ in range(repeat)]
-                summary(f"driver, 4 x 100 prefixes in flight, {label}", runs)
+                summary(f"driver, {window} x {batch} prefixes in flight, {label}", runs)
     finally:
         router.close()
     print(f"load average at end: {os.getloadavg()}", flush=True)
+
+
+async def bare_against_bird(
+    topo: Topology, router: Router, work: Path, counter: BirdCounter, routes: int, repeat: int
+) -> None:
+    """Bare ExaBGP's bulk runs against BIRD (see bulk_against_bird)."""
+    bare = fed_exabgp(topo, work / "bare")
+    await asyncio.to_thread(router.wait_established, 1, 30)
+    await asyncio.sleep(1)
+    runs = []
+    for _ in range(repeat):
+        before = cpu_seconds(bare.pid)
+        took = await bulk_bare(bare, counter, routes)
+        runs.append((took, cpu_seconds(bare.pid) - before))
+        bare.feed.send([f"withdraw route {p}" for p in prefixes(routes, base=20000)])
+        await counter.wait_empty()
+    summary(f"bare ExaBGP, {routes} single-route commands, 200 in flight", runs)
+    bare.close()
+    await counter.wait_empty()
 
 
 async def main() -> None:
@@ -380,12 +405,25 @@ async def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=5, help="bulk runs per variant (--bulk-peer bird)"
     )
+    ap.add_argument(
+        "--shapes",
+        default="4x100",
+        help="--bulk-peer bird: the driver's window x batch shapes, e.g. 4x100,8x100,2x500",
+    )
+    ap.add_argument(
+        "--launcher-only",
+        action="store_true",
+        help="--bulk-peer bird: only the driver through the launcher (no bare, no stock)",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kube-bgpd-bench-"))
     topo = Topology.create(nodes=1, ipv6=False, client=False)
     if args.bulk_peer == "bird":
         try:
-            await bulk_against_bird(topo, work, args.routes, args.repeat)
+            shapes = [(int(w), int(b)) for w, b in (s.split("x") for s in args.shapes.split(","))]
+            await bulk_against_bird(
+                topo, work, args.routes, args.repeat, shapes, args.launcher_only
+            )
         finally:
             topo.destroy()
         return

@@ -59,6 +59,7 @@ from bgpd.logs import log
 from bgpd.model import (
     BfdEvent,
     BfdTeardownEvent,
+    DriverEvent,
     IPNetwork,
     MQTTConfig,
     NodeName,
@@ -66,6 +67,7 @@ from bgpd.model import (
     PeerName,
     PeerStatus,
     RouteChange,
+    RouteEvents,
     SpeakerEvent,
 )
 
@@ -289,10 +291,16 @@ class MQTTPublisher:
         self._queue.append(event)
         self._wake.set()
 
-    async def follow(self, events: asyncio.Queue[SpeakerEvent]) -> None:
-        """Forward a subscription queue (the driver's) into `publish` until cancelled."""
+    async def follow(self, events: asyncio.Queue[DriverEvent]) -> None:
+        """Forward a subscription queue (the driver's) into `publish` until cancelled:
+        one message per route, so a batch of routes is published route by route."""
         while True:
-            self.publish(await events.get())
+            event = await events.get()
+            if isinstance(event, RouteEvents):
+                for route in event.events():
+                    self.publish(route)
+            else:
+                self.publish(event)
 
     async def follow_peers(
         self,

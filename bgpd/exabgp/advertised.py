@@ -13,7 +13,8 @@ event loop; a copy of a kept dict reuses the stored hashes (1.7 ms there).
 The rules (DriverCore calls them):
 
 * ``accept(peer, prefix, attrs)``: ExaBGP answered ``done`` to an announce (``attrs``)
-  or a withdraw (None) of the prefix;
+  or a withdraw (None) of the prefix; ``accept_all(peer, changes)``: the same for a
+  whole answered command;
 * ``sent(peer, announced, withdrawn)``: ExaBGP reported an UPDATE to the peer;
 * ``down(peer)``: the session is not established: the router dropped what it had;
 * ``forget(peer)``: ExaBGP's routes for the peer are no longer known (its accepted set
@@ -48,17 +49,32 @@ class AdvertisedRoutes:
         self._copy: DesiredRoutes | None = None
 
     def accept(self, peer: PeerName, prefix: IPNetwork, attrs: RouteAttributes | None) -> None:
+        self.accept_all(peer, ((prefix, attrs),))
+
+    def accept_all(
+        self, peer: PeerName, changes: Iterable[tuple[IPNetwork, RouteAttributes | None]]
+    ) -> None:
+        """accept() of each change in order, in one pass: ExaBGP answers a whole
+        command (up to a batch of prefixes) at once."""
         self._copy = None
-        text = prefix_text(prefix)
-        if attrs is None:
-            self._accepted.get(peer, {}).pop(text, None)
-            advertised = self._advertised.get(peer)
-            if advertised:
-                advertised.pop(prefix, None)
-            return
-        self._accepted.setdefault(peer, {})[text] = (prefix, attrs)
-        if text in self._wire.get(peer, ()):
-            self._advertised.setdefault(peer, {})[prefix] = attrs
+        accepted = self._accepted.get(peer)
+        wire = self._wire.get(peer, ())
+        advertised = self._advertised.get(peer)
+        for prefix, attrs in changes:
+            text = prefix_text(prefix)
+            if attrs is None:
+                if accepted is not None:
+                    accepted.pop(text, None)
+                if advertised:
+                    advertised.pop(prefix, None)
+                continue
+            if accepted is None:
+                accepted = self._accepted.setdefault(peer, {})
+            accepted[text] = (prefix, attrs)
+            if text in wire:
+                if advertised is None:
+                    advertised = self._advertised.setdefault(peer, {})
+                advertised[prefix] = attrs
 
     def sent(self, peer: PeerName, announced: Iterable[str], withdrawn: Iterable[str]) -> None:
         self._copy = None

@@ -40,7 +40,8 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   advertised counts), ``driver.accepted() -> DesiredRoutes`` (ExaBGP answered ``done``),
   ``driver.advertised() -> DesiredRoutes`` (sent to the router on its established
   session: DriverCore.advertised()), ``driver.subscribe(maxsize) ->
-  asyncio.Queue[SpeakerEvent]`` (a full queue drops its oldest event and counts it in
+  asyncio.Queue[DriverEvent]`` (session changes, and one RouteEvents per answered
+  command: the routes it changed; a full queue drops its oldest event and counts it in
   ``stats.events_dropped``: a slow subscriber never blocks BGP),
   ``driver.unsubscribe(queue)``.
 * ``driver.stats``: ``commands_sent`` (Counter by CommandKind value), ``command_errors``,
@@ -80,11 +81,11 @@ from bgpd.exabgp.render import Neighbor
 from bgpd.logs import log
 from bgpd.model import (
     DesiredRoutes,
+    DriverEvent,
     IPNetwork,
     NodeName,
     PeerName,
     PeerStatus,
-    SpeakerEvent,
 )
 
 __all__ = ["DriverMode", "DriverStats", "ExaBGPDriver"]
@@ -134,7 +135,7 @@ class ExaBGPDriver:
         self._settle_until = 0.0
         self._wake = asyncio.Event()
         self._converged = asyncio.Event()
-        self._subscribers: list[asyncio.Queue[SpeakerEvent]] = []
+        self._subscribers: list[asyncio.Queue[DriverEvent]] = []
 
     @property
     def stats(self) -> DriverStats:
@@ -266,16 +267,16 @@ class ExaBGPDriver:
         is told and restarts it): what /healthz reports."""
         return not self.core.answer_overdue(time.monotonic())
 
-    def subscribe(self, maxsize: int = 10000) -> asyncio.Queue[SpeakerEvent]:
-        q: asyncio.Queue[SpeakerEvent] = asyncio.Queue(maxsize)
+    def subscribe(self, maxsize: int = 10000) -> asyncio.Queue[DriverEvent]:
+        q: asyncio.Queue[DriverEvent] = asyncio.Queue(maxsize)
         self._subscribers.append(q)
         return q
 
-    def unsubscribe(self, q: asyncio.Queue[SpeakerEvent]) -> None:
+    def unsubscribe(self, q: asyncio.Queue[DriverEvent]) -> None:
         with contextlib.suppress(ValueError):
             self._subscribers.remove(q)
 
-    def _emit(self, event: SpeakerEvent) -> None:
+    def _emit(self, event: DriverEvent) -> None:
         for q in self._subscribers:
             if q.full():
                 with contextlib.suppress(asyncio.QueueEmpty):

@@ -38,7 +38,7 @@ from bgpd.model import (
     PeerEvent,
     PeerName,
     RouteAttributes,
-    RouteEvent,
+    RouteEvents,
     SessionState,
 )
 from bgpd.speaker.bfd_follow import say_goodbye
@@ -154,7 +154,7 @@ async def test_routes_reach_gobgp_with_next_hop_and_attributes(
         assert (status.desired, status.accepted, status.pending) == (2, 2, 0)
         assert rt.driver.advertised() == rt.driver.accepted()
         seen = [events.get_nowait() for _ in range(events.qsize())]
-        announced = {e.prefix for e in seen if isinstance(e, RouteEvent)}
+        announced = {r.prefix for e in seen if isinstance(e, RouteEvents) for r in e.events()}
         assert announced == {net("10.99.100.1/32"), net("10.99.100.2/32")}
         assert any(isinstance(e, PeerEvent) and e.state is SessionState.UP for e in seen)
         # Declarative: a smaller set withdraws the rest.

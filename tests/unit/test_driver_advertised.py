@@ -34,12 +34,13 @@ from bgpd.exabgp.driver import repair_event
 from bgpd.exabgp.plan import Command, CommandKind
 from bgpd.exabgp.sent import SentUpdate, sent_update
 from bgpd.model import (
+    DriverEvent,
     IPNetwork,
     PeerEvent,
     PeerName,
     RouteAttributes,
+    RouteEvents,
     SessionState,
-    SpeakerEvent,
 )
 
 
@@ -209,7 +210,7 @@ def test_a_session_life_desired_accepted_advertised() -> None:
 def test_session_events_carry_the_three_counts() -> None:
     """A PeerEvent (MQTT's peer document) says what the peer has at that moment: at a
     session's going down, nothing advertised; at its coming up, nothing sent yet."""
-    events: list[SpeakerEvent] = []
+    events: list[DriverEvent] = []
     c = core(events=events)
     c.apply({IBGP: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}})
     answer_all(c)
@@ -291,7 +292,10 @@ class Wire(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = core(window=3, batch=2)
+        self.events: list[DriverEvent] = []
+        self.core = core(window=3, batch=2, events=self.events)
+        #: What a subscriber knows from the route events: rebuilt from self.events.
+        self.heard: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         self.now = 0.0
         self.rib: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         self.router: dict[PeerName, set[IPNetwork]] = {}
@@ -353,6 +357,9 @@ class Wire(RuleBasedStateMachine):
         self.outstanding.clear()
         self.core.reset(self.now)
         self.core.connect()
+        # A new ExaBGP holds nothing: its subscribers learn that from the session events.
+        self.events.clear()
+        self.heard.clear()
 
     @rule()
     def quiet(self) -> None:
@@ -387,6 +394,20 @@ class Wire(RuleBasedStateMachine):
             assert s.desired == s.accepted
 
     # -------------------------------------------------------------- always
+
+    @invariant()
+    def route_events_say_what_exabgp_accepted(self) -> None:
+        """Replayed in order, the route events (one per answer) give accepted()."""
+        for event in self.events:
+            if isinstance(event, RouteEvents):
+                heard = self.heard.setdefault(event.peer, {})
+                for route in event.events():
+                    if route.attributes is None:
+                        heard.pop(route.prefix, None)
+                    else:
+                        heard[route.prefix] = route.attributes
+        self.events.clear()
+        assert {p: r for p, r in self.heard.items() if r} == self.core.accepted()
 
     @invariant()
     def advertised_within_accepted(self) -> None:

@@ -22,15 +22,15 @@ from bgpd.exabgp.render import Neighbor
 from bgpd.model import (
     BGPPeer,
     DesiredRoutes,
+    DriverEvent,
     IPNetwork,
     NodeName,
     PeerEvent,
     PeerName,
     RouteAttributes,
     RouteChange,
-    RouteEvent,
+    RouteEvents,
     SessionState,
-    SpeakerEvent,
 )
 
 PLAIN = RouteAttributes()
@@ -72,7 +72,7 @@ def core(
     *,
     window: int = 4,
     batch: int = 100,
-    events: list[SpeakerEvent] | None = None,
+    events: list[DriverEvent] | None = None,
     probe_interval: float | None = None,
 ) -> DriverCore:
     """A core; without idle probes unless asked, so tests see only route commands."""
@@ -286,7 +286,7 @@ def test_refused_eor_waits_for_the_next_up() -> None:
 
 
 def test_restart_replays_everything_and_reconnect_replans_from_accepted() -> None:
-    events: list[SpeakerEvent] = []
+    events: list[DriverEvent] = []
     c = core(window=1, batch=1, events=events)
     desired = {GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}}
     c.apply(desired)
@@ -312,7 +312,32 @@ def test_restart_replays_everything_and_reconnect_replans_from_accepted() -> Non
         SessionState.UP,
         SessionState.DOWN,
     ]
-    assert [e.change for e in events if isinstance(e, RouteEvent)] == [RouteChange.ANNOUNCED] * 4
+    changes = [r.change for e in events if isinstance(e, RouteEvents) for r in e.events()]
+    assert changes == [RouteChange.ANNOUNCED] * 4
+
+
+def test_one_route_event_per_answer_not_per_route() -> None:
+    """The subscribers get one RouteEvents per answered command (a first sync of 30,000
+    routes was 30,000 events to each), holding its routes in the command's order."""
+    events: list[DriverEvent] = []
+    c = core(window=4, batch=100, events=events)
+    prefixes = [net(f"10.1.{i // 256}.{i % 256}/32") for i in range(250)]
+    c.apply({GR: dict.fromkeys(prefixes, PLAIN)})
+    answer_all(c)
+    batches = [e for e in events if isinstance(e, RouteEvents)]
+    assert [len(e.changes) for e in batches] == [100, 100, 50]
+    routes = [r for e in batches for r in e.events()]
+    assert [r.prefix for r in routes] == sorted(prefixes)
+    assert {(r.peer, r.change, r.attributes) for r in routes} == {
+        (GR, RouteChange.ANNOUNCED, PLAIN)
+    }
+    events.clear()
+    c.apply({GR: dict.fromkeys(prefixes[:10], PLAIN)})
+    answer_all(c)
+    batches = [e for e in events if isinstance(e, RouteEvents)]
+    assert [len(e.changes) for e in batches] == [100, 100, 40]
+    assert [ch for e in batches for ch in e.changes] == [(p, None) for p in sorted(prefixes[10:])]
+    assert {r.change for e in batches for r in e.events()} == {RouteChange.WITHDRAWN}
 
 
 def test_ack_timeout_is_reported_once_and_stops_sending() -> None:

@@ -15,38 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from exabgp.bgp.message import Action
+from exabgp.bgp.message.notification import Notify
+from exabgp.bgp.message.update.nlri.nlri import NLRI
 from exabgp.bgp.neighbor import Neighbor
 from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
 from exabgp.logger import log
+from exabgp.protocol.family import AFI, SAFI, Family
 from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
 
 from bgpd.exabgp import launch
+from kbgpd_lab.kit.exabgp_conf import NEIGHBORS
 
-CONFIG = """
-neighbor 192.0.2.1 {
-    router-id 192.0.2.10;
-    local-address 192.0.2.10;
-    local-as 65001;
-    peer-as 65000;
-    family { ipv4 unicast; }
-}
-neighbor 192.0.2.2 {
-    router-id 192.0.2.11;
-    local-address 192.0.2.11;
-    local-as 65001;
-    peer-as 65001;
-    family { ipv4 unicast; }
-}
-neighbor 2001:db8::1 {
-    router-id 192.0.2.12;
-    local-address 2001:db8::12;
-    local-as 65001;
-    peer-as 65000;
-    family { ipv6 unicast; }
-}
-"""
+CONFIG = NEIGHBORS
 
 
 def parse(line: str) -> tuple[list[Any], list[Any]]:
@@ -160,6 +143,74 @@ def test_a_parsed_set_changed_after_its_copy_is_copied_again() -> None:
 
 #: ExaBGP's own check, before any test patched it.
 PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
+#: ExaBGP's own NLRI parser entry (a classmethod), before any test patched it.
+UNPACK_NLRI = NLRI.__dict__["unpack_nlri"]
+#: ExaBGP's own Family.family, before any test patched it.
+FAMILY = Family.__dict__["family"]
+
+
+@pytest.mark.parametrize(
+    ("afi", "safi"),
+    [
+        pytest.param(1, 1, id="ipv4-unicast"),
+        pytest.param(2, 1, id="ipv6-unicast"),
+        pytest.param(AFI.ipv4, SAFI.multicast, id="created"),
+        pytest.param(0, 0, id="undefined-is-falsy"),
+        pytest.param(99, 77, id="unknown-not-cached"),
+    ],
+)
+def test_family_same_result_as_exabgps_own(afi: int, safi: int) -> None:
+    """A new Family each call, holding the very AFI and SAFI objects the original's
+    constructor gets from AFI.create() and SAFI.create() (equal values for the unknown
+    ones, which create() builds anew), for a Family and for a route's NLRI."""
+    _, [change] = parse("attributes next-hop self nlri 10.99.0.7/32")
+    for route in (Family(afi, safi), change.nlri):
+        want, got = FAMILY(route), launch.family(route)
+        assert type(got) is type(want) is Family
+        assert vars(got) == vars(want)
+        assert [type(v) for v in vars(got).values()] == [type(v) for v in vars(want).values()]
+        cached = (AFI.cache.get(route.afi), SAFI.cache.get(route.safi))
+        for mine, theirs, known in zip(got.afi_safi(), want.afi_safi(), cached, strict=True):
+            assert (mine is theirs) == (known is not None)
+        assert got is not launch.family(route)
+        assert got.afi_safi() == route.afi_safi()
+
+
+@pytest.mark.parametrize(
+    ("afi", "safi", "data"),
+    [
+        pytest.param(1, 1, bytes([32, 10, 99, 0, 1, 24, 10, 99, 1]), id="ipv4-two-prefixes"),
+        pytest.param(2, 1, bytes([128]) + bytes(range(16)), id="ipv6-host"),
+        pytest.param(1, 1, b"", id="empty"),
+    ],
+)
+def test_unpack_nlri_same_result_as_exabgps_own(afi: int, safi: int, data: bytes) -> None:
+    """What ExaBGP reports of an UPDATE it sent is parsed by this: the same NLRI, the
+    same rest, for each family; the key is made once and reused."""
+    log.init(getenv())
+    for _ in range(2):
+        try:
+            want = UNPACK_NLRI.__func__(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+        except Exception as exc:  # the empty payload: compared as the same error
+            with pytest.raises(type(exc)):
+                launch.unpack_nlri(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+            continue
+        got = launch.unpack_nlri(NLRI, afi, safi, data, Action.ANNOUNCE, False)
+        assert type(got[0]) is type(want[0])
+        assert str(got[0]) == str(want[0])
+        assert got[0].index() == want[0].index()
+        assert bytes(got[1]) == bytes(want[1])
+    assert launch._family_key.cache_info().hits >= 1
+
+
+def test_unpack_nlri_unknown_family_is_the_same_notification() -> None:
+    log.init(getenv())
+    errors = []
+    for unpack in (UNPACK_NLRI.__func__, launch.unpack_nlri):
+        with pytest.raises(Notify) as caught:
+            unpack(NLRI, 99, 77, b"\x00", Action.ANNOUNCE, False)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1]
 
 
 @pytest.fixture
@@ -170,6 +221,8 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(Neighbor, "remove_self", original)
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
+    monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
+    monkeypatch.setattr(Family, "family", FAMILY)
     return original
 
 
@@ -186,6 +239,8 @@ def test_installed_exabgp_is_the_verified_one(
     assert Neighbor.remove_self is launch.remove_self
     assert launch.ASYNC_STEPS == ASYNC.LIMIT
     assert Reactor._pending_adjribout is launch.no_pending_adjribout
+    assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
+    assert Family.family is launch.family
     assert warning_lines(capsys) == []
 
 
@@ -308,6 +363,8 @@ def assert_unmodified(
     assert Neighbor.remove_self is original
     assert ASYNC.LIMIT == 50
     assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
+    assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
+    assert Family.__dict__["family"] is FAMILY
     # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
     [line] = warning_lines(capsys)
     assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ipaddress
 import json
@@ -9,6 +10,8 @@ import json
 import pytest
 
 from bgpd.model import (
+    DriverEvent,
+    MQTTConfig,
     NodeName,
     PeerEvent,
     PeerName,
@@ -16,16 +19,19 @@ from bgpd.model import (
     RouteAttributes,
     RouteChange,
     RouteEvent,
+    RouteEvents,
     SessionState,
 )
 from bgpd.mqtt import (
     Message,
+    MQTTPublisher,
     backoff_delay,
     messages,
     peer_counts_changed,
     peer_topic,
     prefix_level,
 )
+from kbgpd_lab.kit.waiting import wait_until_async
 
 NODE = NodeName("node-a")
 R1 = PeerName("router-1")
@@ -135,3 +141,28 @@ def test_names_that_would_change_the_topic_tree_are_refused(bad: str) -> None:
 )
 def test_backoff_is_capped_equal_jitter(attempt: int, rand: float, expected: float) -> None:
     assert backoff_delay(attempt, base=0.5, cap=30.0, rand=lambda: rand) == expected
+
+
+async def test_follow_publishes_a_batch_of_routes_route_by_route() -> None:
+    """The driver hands over one RouteEvents per answered command; MQTT still publishes
+    one message per route, exactly as for single RouteEvents."""
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
+    one, two = ipaddress.ip_network("10.99.0.1/32"), ipaddress.ip_network("10.99.0.2/32")
+    attrs = RouteAttributes(med=5)
+    queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
+    queue.put_nowait(RouteEvents(NODE, R1, ((one, attrs), (two, attrs)), 1.0))
+    queue.put_nowait(RouteEvents(NODE, R1, ((one, None),), 2.0))
+    follower = asyncio.create_task(pub.follow(queue))
+    try:
+        await wait_until_async(lambda: len(pub._queue) == 3, what="3 routes queued", within=30)
+    finally:
+        follower.cancel()
+    expected = [
+        RouteEvent(NODE, R1, one, RouteChange.ANNOUNCED, attrs, 1.0),
+        RouteEvent(NODE, R1, two, RouteChange.ANNOUNCED, attrs, 1.0),
+        RouteEvent(NODE, R1, one, RouteChange.WITHDRAWN, None, 2.0),
+    ]
+    assert list(pub._queue) == expected
+    # The withdrawn route's retained message is cleared, the other one's kept.
+    topics = [messages("kube-bgpd", e)[0].topic for e in expected[:2]]
+    assert [t in pub._retained for t in topics] == [False, True]
