@@ -211,11 +211,15 @@ def measure_speaker(
     kubeconfig: Path | None = None,
     cluster_file: Path | None = None,
     account: ServiceAccount | None = None,
+    profile: bool = False,
 ) -> tuple[Row, Speaker]:
     """A speaker started and measured; the caller stops it. From the API with
-    ``kubeconfig`` or, as in a pod, the service ``account``; else from ``cluster_file``."""
+    ``kubeconfig`` or, as in a pod, the service ``account``; else from ``cluster_file``.
+    With ``profile``, the daemon runs under cProfile (WORK/speaker.prof once it stopped;
+    its times are then not comparable)."""
     wall, mono = time.time(), time.monotonic()
-    speaker = Speaker(topo, work, kubeconfig, cluster_file, account)
+    prefix = [sys.executable, "-m", "cProfile", "-o", str(work / "speaker.prof")]
+    speaker = Speaker(topo, work, kubeconfig, cluster_file, account, prefix if profile else ())
     # The log's clock is the wall clock: the start in it, from the monotonic start.
     wall_started = wall + (speaker.started - mono)
     if cluster_file is not None:
@@ -409,10 +413,16 @@ def run(args: argparse.Namespace, work: Path) -> None:
                             n,
                             kubeconfig=None if in_pod else kubeconfig,
                             account=account,
+                            profile=args.profile,
                         )
                     else:
                         row, speaker = measure_speaker(
-                            topo, bird, work / f"{source}-{n}", n, cluster_file=dumps[source]
+                            topo,
+                            bird,
+                            work / f"{source}-{n}",
+                            n,
+                            cluster_file=dumps[source],
+                            profile=args.profile,
                         )
                     try:
                         rows.append(row)
@@ -471,6 +481,12 @@ def main() -> None:
         "account, HTTPS) or with a kubeconfig (its credentials child); default in-cluster",
     )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="run each speaker under cProfile (SOURCE-SIZE/speaker.prof in the kept work "
+        "directory; implies --keep; its times are not comparable)",
+    )
     ap.add_argument("--scraper", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.scraper:
@@ -479,6 +495,7 @@ def main() -> None:
     bad = set(args.sources) - {"api", "json", "yaml"}
     if bad:
         ap.error(f"--sources: unknown {', '.join(sorted(bad))} (api, json, yaml)")
+    args.keep = args.keep or args.profile
     # The simulator thread and the poller share this interpreter: switch often.
     sys.setswitchinterval(0.0005)
     # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.

@@ -68,7 +68,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -189,7 +189,9 @@ class Speaker:
         kubeconfig: Path | None,
         cluster_file: Path | None = None,
         account: ServiceAccount | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix``: words before the speaker's argv (e.g. a profiler running it)."""
         self.topo = topo
         work.mkdir(parents=True, exist_ok=True)
         (work / "config.yaml").write_text(speaker_config(topo))
@@ -202,6 +204,7 @@ class Speaker:
             work_dir=work / "work",
             metrics_address=STATUS,
         )
+        argv = [*prefix, *argv]
         kw: dict[str, Any] = {}
         if account is not None:
             # As in a pod: the service account's files, no kubeconfig (kbgpd_lab.kit.incluster).
