@@ -4,7 +4,7 @@ Run as root from the repository root:
 
     .venv/bin/python bench/bench_footprint.py [--sizes 0,1000,10000,30000]
         [--sources api,json,yaml] [--bare/--no-bare] [--scrape-at 10000]
-        [--changes 50] [--credentials in-cluster|kubeconfig]
+        [--changes 50] [--credentials in-cluster|kubeconfig] [--profile] [--keep]
 
 It builds the one-node lab of bench/bench_k8s.py (BIRD 2 in the router namespace, the API
 simulator on a thread inside it, node1's namespace for the speaker) and, for each size in
