@@ -1090,7 +1090,13 @@ class Speaker:
         if self.rendered.is_set():
             return  # the first decision came first
         log(_logger, logging.INFO, "speaker.node_known", node=self.node, found=node is not None)
-        self._render(ClusterSnapshot(nodes={} if node is None else {self.node: node}), None)
+        # Kept as the last pass's inputs are: a hold-down before the first decision
+        # renders from them (_hold_downs).
+        self._rendered_from = (
+            ClusterSnapshot(nodes={} if node is None else {self.node: node}),
+            None,
+        )
+        self._render(*self._rendered_from)
 
     async def _run_exabgp(self) -> None:
         await self.rendered.wait()
