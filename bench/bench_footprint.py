@@ -4,19 +4,25 @@ Run as root from the repository root:
 
     .venv/bin/python bench/bench_footprint.py [--sizes 0,1000,10000,30000]
         [--sources api,json,yaml] [--bare/--no-bare] [--scrape-at 10000]
-        [--changes 50]
+        [--changes 50] [--credentials in-cluster|kubeconfig] [--profile] [--keep]
 
 It builds the one-node lab of bench/bench_k8s.py (BIRD 2 in the router namespace, the API
 simulator on a thread inside it, node1's namespace for the speaker) and, for each size in
 ``--sizes`` (Local LoadBalancer Services, each with an allocated ingress IP and a ready
 endpoint on node1, so each is one /32 at BIRD) and each source in ``--sources``:
 
-* starts ``kube-bgpd speaker`` reading the simulator (``api``: ``--kubeconfig``) or a dump
-  of the same objects (``json``: ``kubectl get -o json``'s List; ``yaml``: the same as
+* starts ``kube-bgpd speaker`` reading the simulator (``api``) or a dump of the same
+  objects (``json``: ``kubectl get -o json``'s List; ``yaml``: the same as
   YAML), and times from its start to the first and to the last route at BIRD (BIRD's
-  control socket, ``show route where source = RTS_BGP count`` every 20 ms);
+  control socket, ``show route where source = RTS_BGP count`` every 20 ms), and prints
+  when each phase of its start ended, from its log (START_EVENTS);
 * once all routes are there and 3 s later, reads the RSS of the daemon, its ExaBGP and
   ExaBGP's children (the helper) from /proc.
+
+From the API, ``--credentials in-cluster`` (the default: the DaemonSet's case) runs the
+speaker as in a pod: the simulator serves HTTPS and wants a token, and the speaker finds
+the service account's files and $KUBERNETES_SERVICE_HOST/PORT (kbgpd_lab.kit.incluster);
+``kubeconfig`` gives it ``--kubeconfig`` (plain HTTP; its credentials child runs first).
 
 With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial API process
 (at most 200 unacknowledged commands), gets the same measurements beside it. At the
@@ -32,6 +38,7 @@ load average at the start and the end. Everything it creates is removed at the e
 from __future__ import annotations
 
 import argparse
+import calendar
 import http.client
 import json
 import os
@@ -53,6 +60,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_k8s import (
+    API_HOST,
+    API_PORT,
     LATENCY_IP,
     STATUS,
     BirdCtl,
@@ -63,6 +72,7 @@ from bench_k8s import (
     seed,
 )
 
+from kbgpd_lab.kit.incluster import ServiceAccount
 from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.scale import local_service, node1_slice
 from kbgpd_lab.lab.apicluster import NetnsApiSimulator, node_object
@@ -71,6 +81,8 @@ from kbgpd_lab.lab.routers import BirdRouter
 from kbgpd_lab.lab.topology import Topology
 
 _T = TypeVar("_T")
+#: The service account's token the simulator requires with --credentials in-cluster.
+POD_TOKEN = "bench-footprint-pod-token"  # noqa: S105 - the lab's own, not a secret
 
 
 @dataclass
@@ -82,6 +94,8 @@ class Row:
     daemon_kb: int
     exabgp_kb: int
     helper_kb: int
+    #: How the speaker got its API credentials ("" for a dump or the bare ExaBGP).
+    credentials: str = ""
 
     def cells(self) -> list[str]:
         total = self.daemon_kb + self.exabgp_kb + self.helper_kb
@@ -95,6 +109,7 @@ class Row:
             f"{self.helper_kb / 1024:.1f}",
             f"{self.start_to_all:.2f}",
             f"{self.first_to_last:.2f}",
+            self.credentials or "-",
         ]
 
 
@@ -107,6 +122,7 @@ HEADER = [
     "helper / API process",
     "start to all routes at BIRD, s",
     "first to last route, s",
+    "credentials",
 ]
 
 
@@ -135,6 +151,51 @@ def first_and_all(bird: BirdCtl, n: int, within: float) -> tuple[float, float]:
     return first, bird.wait_count(n, within=within)
 
 
+#: The speaker's log events that mark its start's phases, in the order they usually come
+#: (bgpd/logs.py's text format: "2026-12-02T05:28:01.234Z INFO    event k=v ...").
+START_EVENTS = (
+    "speaker.started",
+    "informer.listed",
+    "source.state",
+    "reconcile.applied",
+    "exabgp.started",
+    "driver.helper_connected",
+)
+
+
+def start_phases(log_text: str, started: float) -> list[tuple[str, float]]:
+    """Each START_EVENTS event's first line in ``log_text`` (``informer.listed``: one per
+    kind; ``source.state``: the one that says synced), as (label, seconds after
+    ``started``, a wall-clock time), in the log's order; the first line of any kind
+    labelled "first log line" (the interpreter and the imports)."""
+    out: list[tuple[str, float]] = []
+    seen: set[str] = set()
+    for line in log_text.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) < 3 or not parts[0].endswith("Z") or "T" not in parts[0]:
+            continue
+        stamp = parts[0][:-1]
+        try:
+            when = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+            when += float("0" + stamp[19:])
+        except ValueError:
+            continue
+        if not out:
+            out.append(("first log line", when - started))
+        event, rest = parts[2], parts[3] if len(parts) > 3 else ""
+        if event not in START_EVENTS:
+            continue
+        label = event
+        if event == "informer.listed":
+            label = f"listed {rest.split('kind=', 1)[-1].split()[0]}"
+        elif event == "source.state" and "synced=True" not in rest:
+            continue
+        if label not in seen:
+            seen.add(label)
+            out.append((label, when - started))
+    return out
+
+
 def wait_empty(bird: BirdCtl) -> None:
     deadline = time.monotonic() + 120
     while bird.count() and time.monotonic() < deadline:
@@ -149,10 +210,22 @@ def measure_speaker(
     *,
     kubeconfig: Path | None = None,
     cluster_file: Path | None = None,
+    account: ServiceAccount | None = None,
+    profile: bool = False,
 ) -> tuple[Row, Speaker]:
-    """A speaker started and measured; the caller stops it."""
-    speaker = Speaker(topo, work, kubeconfig, cluster_file)
-    what = "API" if kubeconfig is not None else f"{cluster_file.suffix[1:].upper()} dump"  # type: ignore[union-attr]
+    """A speaker started and measured; the caller stops it. From the API with
+    ``kubeconfig`` or, as in a pod, the service ``account``; else from ``cluster_file``.
+    With ``profile``, the daemon runs under cProfile (WORK/speaker.prof once it stopped;
+    its times are then not comparable)."""
+    wall, mono = time.time(), time.monotonic()
+    prefix = [sys.executable, "-m", "cProfile", "-o", str(work / "speaker.prof")]
+    speaker = Speaker(topo, work, kubeconfig, cluster_file, account, prefix if profile else ())
+    # The log's clock is the wall clock: the start in it, from the monotonic start.
+    wall_started = wall + (speaker.started - mono)
+    if cluster_file is not None:
+        what, credentials = f"{cluster_file.suffix[1:].upper()} dump", ""
+    else:
+        what, credentials = "API", "kubeconfig" if account is None else "in-cluster"
     try:
         if n:
             first, last = first_and_all(bird, n, within=300)
@@ -173,7 +246,15 @@ def measure_speaker(
     except BaseException:
         speaker.stop()
         raise
-    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper)
+    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper, credentials)
+    phases = start_phases(speaker.log.read_text(errors="replace"), wall_started)
+    phases += [("first route at BIRD", first - speaker.started)]
+    phases += [("last route at BIRD", last - speaker.started)]
+    print(
+        f"  {what} {n:,} start, s after the speaker's start: "
+        + ", ".join(f"{label} {t:.2f}" for label, t in sorted(phases, key=lambda p: p[1])),
+        flush=True,
+    )
     return row, speaker
 
 
@@ -290,11 +371,24 @@ def run(args: argparse.Namespace, work: Path) -> None:
     load_before = os.getloadavg()
     rows: list[Row] = []
     scraped: list[str] = []
-    with lab(work) as (topo, router, sim):
+    in_pod = args.credentials == "in-cluster"
+    # In a pod the API is HTTPS and wants the service account's token.
+    with lab(work, token=POD_TOKEN if in_pod else None) as (topo, router, sim):
         assert isinstance(router, BirdRouter)
-        kubeconfig = sim.write_kubeconfig(work / "kubeconfig")
+        kubeconfig, account = sim.write_kubeconfig(work / "kubeconfig"), None
+        ca_cert = sim.sim.ca_cert
+        if in_pod:
+            assert ca_cert is not None
+            account = ServiceAccount.write(
+                work / "account",
+                token=POD_TOKEN,
+                ca_cert=ca_cert,
+                namespace="kube-bgpd",
+                host=API_HOST,
+                port=API_PORT,
+            )
         bird = BirdCtl(router)
-        writer = HttpWriter(topo.router.name)
+        writer = HttpWriter(topo.router.name, ca_cert=ca_cert, token=sim.sim.token)
         node = node_object("node1", [str(topo.node_address(1))])
         seed(sim, [node, local_service("lat", LATENCY_IP), node1_slice("lat", False)])
         have = 0
@@ -313,11 +407,22 @@ def run(args: argparse.Namespace, work: Path) -> None:
                 for source in args.sources:
                     if source == "api":
                         row, speaker = measure_speaker(
-                            topo, bird, work / f"api-{n}", n, kubeconfig=kubeconfig
+                            topo,
+                            bird,
+                            work / f"api-{n}",
+                            n,
+                            kubeconfig=None if in_pod else kubeconfig,
+                            account=account,
+                            profile=args.profile,
                         )
                     else:
                         row, speaker = measure_speaker(
-                            topo, bird, work / f"{source}-{n}", n, cluster_file=dumps[source]
+                            topo,
+                            bird,
+                            work / f"{source}-{n}",
+                            n,
+                            cluster_file=dumps[source],
+                            profile=args.profile,
                         )
                     try:
                         rows.append(row)
@@ -368,7 +473,20 @@ def main() -> None:
         help="size at which to time one change unscraped and scraped (-1: never)",
     )
     ap.add_argument("--changes", type=int, default=50, help="changes per latency figure")
+    ap.add_argument(
+        "--credentials",
+        choices=["in-cluster", "kubeconfig"],
+        default="in-cluster",
+        help="how the speaker reads the API: as in a pod (the DaemonSet's case: a service "
+        "account, HTTPS) or with a kubeconfig (its credentials child); default in-cluster",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the work directory (logs)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="run each speaker under cProfile (SOURCE-SIZE/speaker.prof in the kept work "
+        "directory; implies --keep; its times are not comparable)",
+    )
     ap.add_argument("--scraper", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.scraper:
@@ -377,6 +495,7 @@ def main() -> None:
     bad = set(args.sources) - {"api", "json", "yaml"}
     if bad:
         ap.error(f"--sources: unknown {', '.join(sorted(bad))} (api, json, yaml)")
+    args.keep = args.keep or args.profile
     # The simulator thread and the poller share this interpreter: switch often.
     sys.setswitchinterval(0.0005)
     # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.

@@ -60,6 +60,7 @@ import queue
 import re
 import shutil
 import socket
+import ssl
 import statistics
 import subprocess
 import sys
@@ -67,11 +68,12 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from kbgpd_lab.kit.incluster import ServiceAccount, in_cluster
 from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.processes import Child, FedExaBGP, ProcessGroup, speaker_argv
 from kbgpd_lab.kit.scale import NAMESPACE, local_service, node1_endpoints, node1_slice
@@ -186,7 +188,10 @@ class Speaker:
         work: Path,
         kubeconfig: Path | None,
         cluster_file: Path | None = None,
+        account: ServiceAccount | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
+        """``prefix``: words before the speaker's argv (e.g. a profiler running it)."""
         self.topo = topo
         work.mkdir(parents=True, exist_ok=True)
         (work / "config.yaml").write_text(speaker_config(topo))
@@ -199,7 +204,12 @@ class Speaker:
             work_dir=work / "work",
             metrics_address=STATUS,
         )
-        self.child: Child = self.group.start("speaker", argv, spawner=topo.nodes[0])
+        argv = [*prefix, *argv]
+        kw: dict[str, Any] = {}
+        if account is not None:
+            # As in a pod: the service account's files, no kubeconfig (kbgpd_lab.kit.incluster).
+            argv, kw["env"] = in_cluster(argv, account)
+        self.child: Child = self.group.start("speaker", argv, spawner=topo.nodes[0], **kw)
         self.log = self.child.log
         self.started = time.monotonic()
 
@@ -245,7 +255,11 @@ class Speaker:
 
 
 @contextmanager
-def lab(work: Path) -> Iterator[tuple[Topology, BirdRouter, NetnsApiSimulator]]:
+def lab(
+    work: Path, *, token: str | None = None
+) -> Iterator[tuple[Topology, BirdRouter, NetnsApiSimulator]]:
+    """The one-node lab; with ``token``, the simulator serves HTTPS (``sim.sim.ca_cert``)
+    and requires that bearer token, as an API server does for a pod's service account."""
     topo = Topology.create(nodes=1, ipv6=False, client=False)
     router = None
     try:
@@ -254,7 +268,12 @@ def lab(work: Path) -> Iterator[tuple[Topology, BirdRouter, NetnsApiSimulator]]:
         router.start()
         topo.router.ip("addr", "add", f"{API_HOST}/24", "dev", "br0")
         with NetnsApiSimulator(
-            topo.router.name, host=API_HOST, port=API_PORT, history_size=200_000
+            topo.router.name,
+            host=API_HOST,
+            port=API_PORT,
+            history_size=200_000,
+            tls=token is not None,
+            token=token,
         ) as sim:
             assert isinstance(sim, NetnsApiSimulator)
             yield topo, router, sim
@@ -318,15 +337,27 @@ class HttpWriter:
     clock starts in that thread just before the request is written: the HTTP request,
     the simulator's handling and its watch fan-out are all inside the measurement."""
 
-    def __init__(self, netns_name: str) -> None:
+    def __init__(
+        self, netns_name: str, *, ca_cert: Path | None = None, token: str | None = None
+    ) -> None:
+        """``ca_cert`` and ``token``: the simulator serves HTTPS and requires the token."""
         self._jobs: queue.Queue[tuple[str, bytes, dict[str, Any], threading.Event] | None]
         self._jobs = queue.Queue()
+        self._headers = {"Content-Type": "application/merge-patch+json"}
+        if token is not None:
+            self._headers["Authorization"] = f"Bearer {token}"
+        self._ca_cert = ca_cert
         self._thread = threading.Thread(target=self._run, args=(netns_name,), daemon=True)
         self._thread.start()
 
     def _run(self, netns_name: str) -> None:
         enter_netns(netns_name)
-        conn = http.client.HTTPConnection(API_HOST, API_PORT, timeout=30)
+        conn: http.client.HTTPConnection
+        if self._ca_cert is not None:
+            context = ssl.create_default_context(cafile=str(self._ca_cert))
+            conn = http.client.HTTPSConnection(API_HOST, API_PORT, timeout=30, context=context)
+        else:
+            conn = http.client.HTTPConnection(API_HOST, API_PORT, timeout=30)
         while (job := self._jobs.get()) is not None:
             path, data, box, done = job
             try:
@@ -335,7 +366,7 @@ class HttpWriter:
                     "PATCH",
                     path,
                     body=data,
-                    headers={"Content-Type": "application/merge-patch+json"},
+                    headers=self._headers,
                 )
                 response = conn.getresponse()
                 response.read()

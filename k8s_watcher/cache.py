@@ -480,6 +480,8 @@ class SpeakerSource(KubernetesSource):
         self._previous: Decision | None = None
         self._node = node
         self._budget_wanted = asyncio.Event()
+        #: Set once the Nodes are listed and the passwords read (node_known).
+        self._node_known = asyncio.Event()
         self.recorder: EventRecorder | None = None
         self.announcements: AnnouncementEvents | None = None
         if events:
@@ -505,6 +507,19 @@ class SpeakerSource(KubernetesSource):
     @property
     def synced(self) -> bool:
         return self._secrets_loaded and super().synced
+
+    async def node_known(self) -> Node | None:
+        """This Node once the Nodes' first list is in and the passwordSecrets were read
+        (None: no such Node): all ExaBGP's configuration needs from the cluster, known
+        while the Services and EndpointSlices are still listed (bgpd.speaker.source)."""
+        await self._node_known.wait()
+        return self._nodes.get(self._node)
+
+    def _on_state(self) -> None:
+        nodes = self.nodes
+        if nodes is not None and nodes.has_synced and self._secrets_loaded:
+            self._node_known.set()
+        super()._on_state()
 
     def secret_passwords(self) -> Mapping[PeerName, str]:
         """Peer -> password from its passwordSecret, for rendering ExaBGP's config."""

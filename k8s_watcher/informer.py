@@ -330,6 +330,7 @@ class Informer(Generic[T]):
     async def _list(self) -> None:
         """List every object (paged), then replace the cache by diffing against it."""
         kind = self.kind
+        started = time.monotonic()
         fresh: dict[str, T] = {}
         list_rv: str | None = None
         token: str | None = None
@@ -376,13 +377,15 @@ class Informer(Generic[T]):
         self.resource_version = list_rv
         self._attempt = 0
         self._set_state(synced=True, connected=True)
+        # INFO: once per kind at start and per resync; where a start's time goes.
         log(
             logger,
-            logging.DEBUG,
+            logging.INFO,
             "informer.listed",
             kind=kind.name,
             objects=len(fresh),
             resource_version=list_rv,
+            seconds=round(time.monotonic() - started, 3),
         )
 
     def _convert_into(self, into: dict[str, T], raw: Any) -> None:

@@ -273,6 +273,12 @@ class DriverCore:
         #: Peers whose established session this speaker tore down (BFD went down) and
         #: whose down has not been seen yet: that down is not a flap (see _set_state).
         self._own_teardowns: set[PeerName] = set()
+        #: The desired set was given at least once (apply, apply_changes). ExaBGP may be
+        #: started before the first decision (its configuration needs only the peers and
+        #: the Node): until then no End-of-RIB is sent (a graceful-restart router would
+        #: flush the routes it kept for us), and what is wanted is not known, so nothing
+        #: counts as converged unless the mode wants nothing of the decision's.
+        self.desired_known = False
 
     # ------------------------------------------------------------------ inputs: ExaBGP
 
@@ -583,6 +589,7 @@ class DriverCore:
 
     def apply(self, desired: DesiredRoutes) -> None:
         """Take the whole desired route set."""
+        self.desired_known = True
         self._desired = _copy(desired)
         self._version_counts = {peer: _versions(r) for peer, r in self._desired.items()}
         for peer, routes in self._desired.items():
@@ -599,6 +606,7 @@ class DriverCore:
         previous apply: updates the held set and plans only those prefixes (and what is
         still queued or was refused), so one change costs about one prefix at any size.
         ``desired`` is read now, not kept (the caller may change it afterwards)."""
+        self.desired_known = True
         for peer, prefixes in changed.items():
             want = desired.get(peer, {})
             mine = self._desired.setdefault(peer, {})
@@ -844,7 +852,9 @@ class DriverCore:
                 self._record_sent(cmd, now)
                 out.append(cmd)
                 return out
-            if self._planned_all:
+            if self._awaits_decision():
+                self.converged = False
+            elif self._planned_all:
                 self.converged = {p: r for p, r in self._accepted.items() if r} == {
                     p: r for p, r in eff.items() if r
                 }
@@ -877,7 +887,17 @@ class DriverCore:
                 else:
                     sent[prefix] = attrs
 
+    def _awaits_decision(self) -> bool:
+        """What is wanted depends on a decision not made yet. Not in the stop's modes:
+        WITHDRAWN wants nothing, and RETAINED keeps what ExaBGP holds for graceful-restart
+        peers (nothing before a decision), so a stop before the first decision is not held
+        up waiting for one."""
+        return not self.desired_known and self.mode in (DriverMode.NORMAL, DriverMode.DRAINING)
+
     def _eor_ready(self, eff: Routes) -> list[Command]:
+        if not self.desired_known:
+            # Not before the first decision: see desired_known.
+            return []
         out = []
         for name in sorted(self._eor_due):
             n = self._neighbors.get(name)

@@ -6,6 +6,9 @@ tasks:
 * ``source``      the SnapshotSource's own loop (file polling, or the Kubernetes watch),
 * ``reconciler``  each batch of changes: decide, render, apply (``reconcile_once``),
 * ``exabgp``      started after the first rendering: driver socket + sender + supervisor,
+* ``exabgp-early`` renders ExaBGP's configuration once this Node and the peers' passwords
+  are known (the Kubernetes source: before the Services are listed), so ExaBGP starts
+  beside the first list and decision; it ends after that one rendering,
 * ``lifecycle``   waits for SIGTERM/SIGINT, then stops gracefully as SpeakerConfig
   onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
   the group,
@@ -134,6 +137,7 @@ from bgpd.speaker.source import (
     DecisionObserver,
     DrainObserver,
     KindsSynced,
+    NodeFirst,
     RunnableSource,
     SecretPasswords,
     StatusPublisher,
@@ -253,6 +257,7 @@ class Speaker:
         self._follower = source if isinstance(source, ConfigFollower) else None
         self._kinds = source if isinstance(source, KindsSynced) else None
         self._publisher = source if isinstance(source, StatusPublisher) else None
+        self._node_first = source if isinstance(source, NodeFirst) else None
         #: Set when something the cluster's status objects show may have changed.
         self._status_wake = asyncio.Event()
         self.render_inputs = (
@@ -1070,6 +1075,29 @@ class Speaker:
 
     # ------------------------------------------------------------------ run
 
+    async def _render_early(self) -> None:
+        """Render ExaBGP's configuration as soon as what it needs from the cluster is known
+        (this Node and the peers' passwords: NodeFirst), so ExaBGP starts and its
+        sessions come up while the Services and EndpointSlices are still listed and
+        decided, instead of after the first decision (at 10,000 Services, ExaBGP's start
+        and its helper's connection overlap the first list and decision). The first
+        decision renders the same text again (no reload). Before it the driver core sends
+        no route and no End-of-RIB, and nothing is accepted (DriverCore.desired_known);
+        readiness still waits for the first decision."""
+        if self._node_first is None:
+            return
+        node = await self._node_first.node_known()
+        if self.rendered.is_set():
+            return  # the first decision came first
+        log(_logger, logging.INFO, "speaker.node_known", node=self.node, found=node is not None)
+        # Kept as the last pass's inputs are: a hold-down before the first decision
+        # renders from them (_hold_downs).
+        self._rendered_from = (
+            ClusterSnapshot(nodes={} if node is None else {self.node: node}),
+            None,
+        )
+        self._render(*self._rendered_from)
+
     async def _run_exabgp(self) -> None:
         await self.rendered.wait()
         try:
@@ -1192,6 +1220,7 @@ class Speaker:
                 tg.create_task(self.source.run(), name="source")
                 tg.create_task(self._reconcile(), name="reconciler")
                 tg.create_task(self._run_exabgp(), name="exabgp")
+                tg.create_task(self._render_early(), name="exabgp-early")
                 tg.create_task(self._run_bfd(), name="bfd")
                 tg.create_task(self._lifecycle(), name="lifecycle")
                 tg.create_task(self._convergence(), name="convergence")

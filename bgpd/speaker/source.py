@@ -12,7 +12,9 @@ construction (``isinstance``), so mypy checks both sides:
 * ``KindsSynced``: per-kind sync state for the metrics (the Kubernetes source's
   informers); without it the source counts as one kind, "cluster";
 * ``StatusPublisher``: writes this node's status objects in the cluster (the
-  Kubernetes source, with SpeakerConfig clusterStatus).
+  Kubernetes source, with SpeakerConfig clusterStatus);
+* ``NodeFirst``: knows this Node and the peers' passwords before the Services (the
+  Kubernetes source), so ExaBGP starts while the Services are listed and decided.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from bgpd.metrics import WatchMetrics
-from bgpd.model import Config, Decision, IPNetwork, NodeName, PeerName, ServiceKey
+from bgpd.model import Config, Decision, IPNetwork, Node, NodeName, PeerName, ServiceKey
 from bgpd.reconciler import SnapshotSource
 
 if TYPE_CHECKING:
@@ -91,6 +93,16 @@ class StatusPublisher(Protocol):
         """The whole desired state of this node's status objects: Service -> the peers
         that have its routes, and the BGPNodeStatus status (None: the Node is gone).
         Never blocks; the source coalesces and rate-limits the writes."""
+        ...
+
+
+@runtime_checkable
+class NodeFirst(Protocol):
+    async def node_known(self) -> Node | None:
+        """Return once what ExaBGP's configuration needs from the cluster is known, which
+        comes before the Services and EndpointSlices are: the Nodes' first list and the
+        first read of the peers' passwordSecrets. The value is this node's Node (None:
+        the cluster has none of that name)."""
         ...
 
 

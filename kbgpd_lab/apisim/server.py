@@ -261,7 +261,8 @@ class ApiSimulator:
         await self._runner.setup()
         context = None
         if self.tls:
-            self._cert = await asyncio.to_thread(make_self_signed)
+            # Valid for the address it listens on too (a lab's API address).
+            self._cert = await asyncio.to_thread(make_self_signed, [self.host])
             context = self._cert.server_context()
         site = web.TCPSite(self._runner, self.host, self.port, ssl_context=context)
         await site.start()

@@ -1,16 +1,19 @@
 """A throw-away self-signed certificate for the simulator's optional TLS listener.
 
 Made with the `openssl` binary (no Python crypto dependency): an EC P-256 key and a
-one-day certificate for 127.0.0.1, ::1 and localhost that is its own CA, so a kubeconfig
-or an in-cluster `ca.crt` can trust exactly it. Files live in a private temporary
+one-day certificate for 127.0.0.1, ::1, localhost and any other address the caller names
+(a lab's API address) that is its own CA, so a kubeconfig or an in-cluster `ca.crt` can
+trust exactly it. Files live in a private temporary
 directory that the caller removes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +30,20 @@ class SelfSigned:
         return context
 
 
-def make_self_signed() -> SelfSigned:
+def _san(hosts: Iterable[str]) -> str:
+    """subjectAltName for the loopback names and ``hosts`` (IP addresses or DNS names)."""
+    names = ["IP:127.0.0.1", "IP:::1", "DNS:localhost"]
+    for host in hosts:
+        try:
+            name = f"IP:{ipaddress.ip_address(host)}"
+        except ValueError:
+            name = f"DNS:{host}"
+        if name not in names:
+            names.append(name)
+    return "subjectAltName=" + ",".join(names)
+
+
+def make_self_signed(hosts: Iterable[str] = ()) -> SelfSigned:
     directory = Path(tempfile.mkdtemp(prefix="apisim-tls-"))
     cert, key = directory / "ca.crt", directory / "tls.key"
     subprocess.run(
@@ -45,7 +61,7 @@ def make_self_signed() -> SelfSigned:
             "-subj",
             "/CN=apisim",
             "-addext",
-            "subjectAltName=IP:127.0.0.1,IP:::1,DNS:localhost",
+            _san(hosts),
             "-addext",
             "basicConstraints=critical,CA:TRUE",
             "-keyout",

@@ -2,8 +2,8 @@
 $KUBERNETES_SERVICE_HOST/PORT set, and the service account's token, CA certificate and
 namespace at /var/run/secrets/kubernetes.io/serviceaccount.
 
-The controller runs in its own mount namespace (``unshare -m``) with a tmpfs on /run
-holding those files, so the host's /run is untouched; the API simulator serves HTTPS with
+The controller runs in its own mount namespace with a tmpfs on /run holding those files
+(kbgpd_lab.kit.incluster), so the host's /run is untouched; the API simulator serves HTTPS with
 a throw-away certificate and requires the token. The Lease must land in the service
 account's namespace (the default when --lease-namespace is not given). The account is
 read by the controller itself: a `kubernetes` package that fails to import shadows the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
 import sys
 from pathlib import Path
@@ -23,12 +22,12 @@ import pytest
 from k8s_kit import lb_service
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.incluster import ACCOUNT, ServiceAccount, in_cluster
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(90)]
 
 KUBE_BGPD = str(Path(sys.executable).with_name("kube-bgpd"))
-ACCOUNT = "/run/secrets/kubernetes.io/serviceaccount"
 CONFIG = """
 apiVersion: metallb.io/v1beta1
 kind: IPAddressPool
@@ -49,54 +48,39 @@ async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
     async with ApiSimulator(host="127.0.0.1", port=0, tls=True, token="pod-token") as sim:
         assert sim.ca_cert is not None
         sim.store.create(lb_service("web"))
-        (tmp_path / "token").write_text("pod-token")
-        (tmp_path / "namespace").write_text("kube-system")
-        setup = " && ".join(
-            [
-                "mount -t tmpfs tmpfs /run",
-                f"mkdir -p {ACCOUNT}",
-                f"cp {shlex.quote(str(tmp_path / 'token'))} {ACCOUNT}/token",
-                f"cp {shlex.quote(str(sim.ca_cert))} {ACCOUNT}/ca.crt",
-                f"cp {shlex.quote(str(tmp_path / 'namespace'))} {ACCOUNT}/namespace",
-                shlex.join(
-                    [
-                        "exec",
-                        KUBE_BGPD,
-                        "controller",
-                        "--config",
-                        str(config),
-                        "--identity",
-                        "pod-1",
-                        "--lease-duration",
-                        "2",
-                        "--renew-deadline",
-                        "1.5",
-                        "--retry-period",
-                        "0.25",
-                    ]
-                ),
-            ]
+        account = ServiceAccount.write(
+            tmp_path / "account",
+            token="pod-token",
+            ca_cert=sim.ca_cert,
+            namespace="kube-system",
+            host="127.0.0.1",
+            port=sim.port,
         )
-        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "POD_NAMESPACE")}
         shadow = tmp_path / "shadow" / "kubernetes"
         shadow.mkdir(parents=True)
         (shadow / "__init__.py").write_text("raise ImportError('in-cluster imports no client')\n")
-        env |= {
-            "PYTHONPATH": str(shadow.parent),
-            "HOME": str(tmp_path),  # no ~/.kube/config
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-            "KUBERNETES_SERVICE_PORT": str(sim.port),
-        }
+        argv, env = in_cluster(
+            [
+                KUBE_BGPD,
+                "controller",
+                "--config",
+                str(config),
+                "--identity",
+                "pod-1",
+                "--lease-duration",
+                "2",
+                "--renew-deadline",
+                "1.5",
+                "--retry-period",
+                "0.25",
+            ],
+            account,
+            os.environ | {"PYTHONPATH": str(shadow.parent)},
+        )
         log = tmp_path / "controller.log"
         with log.open("wb") as out:
             proc = await asyncio.create_subprocess_exec(
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "sh",
-                "-c",
-                setup,
+                *argv,
                 stdout=out,
                 stderr=out,
                 env=env,

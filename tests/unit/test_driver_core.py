@@ -275,6 +275,7 @@ def test_synchronous_eor_goes_alone_after_the_routes_of_an_established_gr_peer()
 
 def test_refused_eor_waits_for_the_next_up() -> None:
     c = core()
+    c.apply({})  # a decision with no route for this node
     c.on_event(state_doc(GR, SessionState.UP), 0.0)
     (eor,) = c.next_commands(0.0)
     c.on_ack(False, 0.0)
@@ -453,6 +454,7 @@ def test_end_of_rib_lines_of_a_flapping_session_are_limited(
     """Every Established session of a graceful-restart peer is due an End-of-RIB: a
     session replaced ~20 times a second logged as many `driver.eor_sent` lines."""
     c = core()
+    c.apply({})
     c.next_commands(0.0)
     with caplog.at_level(logging.INFO, logger="bgpd.exabgp.driver"):
         for i in range(100):

@@ -383,6 +383,7 @@ class ExaBGPReloads(RuleBasedStateMachine):
         self.core = started(self.config.neighbors)
         self.rib: dict[str, dict[IPNetwork, RouteAttributes]] = {}
         self.desired: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        self.core.apply(self.desired)  # the first decision: no route yet
         self.outstanding: list[Command] = []
         self.now = 0.0
 

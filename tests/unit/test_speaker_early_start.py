@@ -1,0 +1,109 @@
+"""The speaker renders ExaBGP's configuration (and so starts ExaBGP) once its source knows
+this Node (bgpd.speaker.source.NodeFirst), before the cluster is synced and decided; it is
+not ready meanwhile, and the driver core has no desired set. Without processes: the
+rendering is what starts ExaBGP (Speaker._run_exabgp waits for it)."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from pathlib import Path
+
+from bgpd.model import BGPPeer, ClusterSnapshot, Config, Node, NodeName, PeerName, SpeakerConfig
+from bgpd.speaker.app import Speaker
+
+NODE = NodeName("n1")
+
+
+class DumpLike:
+    """A cluster source that is never synced, without NodeFirst (as the cluster-dump
+    source: it has everything at once)."""
+
+    def __init__(self, node: Node | None) -> None:
+        self.node = node
+        self.listed = asyncio.Event()
+
+    @property
+    def synced(self) -> bool:
+        return False
+
+    @property
+    def stale(self) -> bool:
+        return False
+
+    def snapshot(self) -> ClusterSnapshot:
+        return ClusterSnapshot()
+
+    async def wait_changed(self) -> float:
+        await asyncio.Event().wait()
+        return 0.0
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    def reload(self) -> None:
+        return None
+
+
+class ListingSource(DumpLike):
+    """A cluster source whose Nodes are listed (once ``listed`` is set) and whose
+    Services never are."""
+
+    async def node_known(self) -> Node | None:
+        await self.listed.wait()
+        return self.node
+
+
+def speaker(tmp_path: Path, source: DumpLike) -> Speaker:
+    peer = BGPPeer(
+        name=PeerName("tor"),
+        my_asn=64512,
+        peer_asn=64500,
+        peer_address=ipaddress.ip_address("192.0.2.1"),
+        source_address=ipaddress.ip_address("192.0.2.10"),
+    )
+    return Speaker(
+        config=Config(peers=(peer,), speaker=SpeakerConfig(work_dir=tmp_path)),
+        config_paths=[],
+        node=NODE,
+        source=source,
+        work_dir=tmp_path,
+        status_address="127.0.0.1:0",
+    )
+
+
+async def test_rendered_once_the_node_is_known_and_not_ready(tmp_path: Path) -> None:
+    source = ListingSource(Node(name=NODE, addresses=(("InternalIP", "192.0.2.10"),)))
+    s = speaker(tmp_path, source)
+    early = asyncio.create_task(s._render_early())
+    await asyncio.sleep(0)
+    assert not s.rendered.is_set()  # the Nodes are not listed yet
+    source.listed.set()
+    async with asyncio.timeout(10):
+        await early
+    assert s.rendered.is_set()
+    assert "neighbor 192.0.2.1" in s.runtime.config_path.read_text()
+    assert [n.name for n in s.driver.neighbors().values()] == [PeerName("tor")]
+    ready, why = s.readiness()
+    assert not ready, why
+    assert not s.driver.core.desired_known
+
+
+async def test_a_first_decision_that_came_first_is_not_rendered_over(tmp_path: Path) -> None:
+    source = ListingSource(None)
+    source.listed.set()
+    s = speaker(tmp_path, source)
+    s.rendered.set()  # as the first decision's rendering sets it
+    async with asyncio.timeout(10):
+        await s._render_early()
+    assert not s.runtime.config_path.exists()
+
+
+async def test_a_source_without_the_ability_renders_at_the_first_decision(
+    tmp_path: Path,
+) -> None:
+    source = DumpLike(None)
+    s = speaker(tmp_path, source)
+    async with asyncio.timeout(10):
+        await s._render_early()
+    assert not s.rendered.is_set()
