@@ -19,6 +19,7 @@ from exabgp.bgp.neighbor import Neighbor
 from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
 from exabgp.logger import log
+from exabgp.reactor.api import processes as exabgp_processes
 from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
 
@@ -170,6 +171,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(Neighbor, "remove_self", original)
     monkeypatch.setattr(ASYNC, "LIMIT", ASYNC.LIMIT)
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
+    monkeypatch.setattr(exabgp_processes, "subprocess", subprocess)  # the relay thread
     return original
 
 
