@@ -246,6 +246,42 @@ def test_patched_exabgp_runs_the_relay_as_a_thread(
     proc.stdout.close()
 
 
+def test_a_relay_thread_that_ended_is_respawned_by_exabgp(
+    processes_restored: None,
+    daemon: tuple[socket.socket, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The helper's death, in a patched ExaBGP: ExaBGP's own Processes sees the relay's
+    end on its stdout and starts a new relay thread, which dials the daemon again."""
+    log.init(getenv())
+    assert launch.bridge_helper() == ""
+    for name, value in relay_env(daemon[1]).items():
+        monkeypatch.setenv(name, value)
+    processes = Processes()
+    processes.respawn_number = 5  # ExaBGP's default (api.respawn)
+    processes.start({"api-kube-bgpd": {"run": helper_argv(), "encoder": "json", "respawn": True}})
+    first = processes._process["api-kube-bgpd"]
+    try:
+        conn, _ = daemon[0].accept()
+        conn.close()
+        first.terminate()  # the relay ends as if it had died
+        assert first.wait(WITHIN) == 0
+        assert list(processes.received()) == []
+        second = processes._process["api-kube-bgpd"]
+        assert isinstance(second, bridge.RelayProcess)
+        assert second is not first
+        conn, _ = daemon[0].accept()
+        with conn:
+            assert json.loads(read_lines(conn, 1)[0])["type"] == "kube-bgpd-helper"
+    finally:
+        processes.terminate()
+    for proc in (first, second):
+        proc.stdin.close()
+        proc.stdout.close()
+    capsys.readouterr()
+
+
 def test_a_changed_processes_keeps_the_helper_a_process(
     processes_restored: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
