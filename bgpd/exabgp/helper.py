@@ -1,8 +1,14 @@
-"""The relay ExaBGP spawns as its API process: ``python -I -S .../bgpd/exabgp/helper.py``.
+"""The relay between ExaBGP's API and the daemon: ExaBGP's API process, or a thread of it.
 
 ExaBGP 5.0 has no socket API: it talks to processes it spawns, over their stdin/stdout.
-This program relays ExaBGP's output (acks and JSON events) to the daemon's unix socket
-(path in $KUBE_BGPD_HELPER_SOCKET) and the daemon's commands to ExaBGP. It exists only
+Where it runs: when the launcher patches ExaBGP (bgpd/exabgp/launch.py, the verified
+path), ExaBGP starts no process for it and :func:`serve` runs in a thread of ExaBGP's own
+process over two socketpairs (bgpd/exabgp/bridge.py, which says how the hazards below
+hold there); otherwise (ExaBGP unmodified, or any other ExaBGP binary) ExaBGP spawns it as
+``python -I -S .../bgpd/exabgp/helper.py``, its own process.
+
+It relays ExaBGP's output (acks and JSON events) to the daemon's unix socket (path in
+$KUBE_BGPD_HELPER_SOCKET) and the daemon's commands to ExaBGP. It exists only
 because of three measured hazards (shared lab notes):
 
 * ExaBGP's writes to this process are blocking: if we stop reading stdin, the whole

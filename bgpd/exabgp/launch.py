@@ -28,7 +28,13 @@ reloaded. It also compares the route steps the driver may keep
 queued (``$KUBE_BGPD_EXABGP_STEPS``, set by the runtime) with the step limit in force in
 this ExaBGP, read from its reactor class, and says so when a turn cannot take them all.
 
-This module must not import anything from kube-bgpd: it runs inside ExaBGP's process.
+Apart from these, checked on its own (:data:`BRIDGE_RELIED_ON`, :func:`bridge_helper`):
+when ExaBGP is patched, its API helper runs as a thread of ExaBGP's process instead of a
+process of its own (bgpd/exabgp/bridge.py); a difference there keeps the helper a process
+and says so, ExaBGP staying patched.
+
+This module must not import anything from kube-bgpd but the relay (bridge and helper,
+standard library only): it runs inside ExaBGP's process.
 """
 
 from __future__ import annotations
