@@ -17,7 +17,8 @@ endpoint on node1, so each is one /32 at BIRD) and each source in ``--sources``:
   control socket, ``show route where source = RTS_BGP count`` every 20 ms), and prints
   when each phase of its start ended, from its log (START_EVENTS);
 * once all routes are there and 3 s later, reads the RSS of the daemon, its ExaBGP and
-  ExaBGP's children (the helper) from /proc.
+  ExaBGP's children (the helper, "-" when there is none: a patched ExaBGP runs the
+  relay as a thread of its own, bgpd/exabgp/bridge.py) from /proc.
 
 From the API, ``--credentials in-cluster`` (the default: the DaemonSet's case) runs the
 speaker as in a pod: the simulator serves HTTPS and wants a token, and the speaker finds
@@ -106,7 +107,8 @@ class Row:
             f"{total / 1024:.1f}",
             daemon,
             f"{self.exabgp_kb / 1024:.1f}",
-            f"{self.helper_kb / 1024:.1f}",
+            # No child: the launcher runs the relay as a thread of ExaBGP (bridge.py).
+            f"{self.helper_kb / 1024:.1f}" if self.helper_kb else "-",
             f"{self.start_to_all:.2f}",
             f"{self.first_to_last:.2f}",
             self.credentials or "-",

@@ -1,8 +1,14 @@
-"""The relay ExaBGP spawns as its API process: ``python -I -S .../bgpd/exabgp/helper.py``.
+"""The relay between ExaBGP's API and the daemon: ExaBGP's API process, or a thread of it.
 
 ExaBGP 5.0 has no socket API: it talks to processes it spawns, over their stdin/stdout.
-This program relays ExaBGP's output (acks and JSON events) to the daemon's unix socket
-(path in $KUBE_BGPD_HELPER_SOCKET) and the daemon's commands to ExaBGP. It exists only
+Where it runs: when the launcher patches ExaBGP (bgpd/exabgp/launch.py, the verified
+path), ExaBGP starts no process for it and :func:`serve` runs in a thread of ExaBGP's own
+process over two socketpairs (bgpd/exabgp/bridge.py, which says how the hazards below
+hold there); otherwise (ExaBGP unmodified, or any other ExaBGP binary) ExaBGP spawns it as
+``python -I -S .../bgpd/exabgp/helper.py``, its own process.
+
+It relays ExaBGP's output (acks and JSON events) to the daemon's unix socket (path in
+$KUBE_BGPD_HELPER_SOCKET) and the daemon's commands to ExaBGP. It exists only
 because of three measured hazards (shared lab notes):
 
 * ExaBGP's writes to this process are blocking: if we stop reading stdin, the whole
@@ -42,6 +48,7 @@ import selectors
 import socket
 import sys
 import time
+from collections.abc import Mapping  # loaded with collections: costs nothing
 
 SOCKET_ENV = "KUBE_BGPD_HELPER_SOCKET"
 GENERATION_ENV = "KUBE_BGPD_HELPER_GENERATION"
@@ -234,17 +241,29 @@ class Relay:
                         self.write_daemon()
 
 
-def main() -> int:
-    path = os.environ.get(SOCKET_ENV)
+def serve(environ: Mapping[str, str], stdin: int = 0, stdout: int = 1) -> int:
+    """Relay between ExaBGP's side (``stdin``/``stdout``) and the daemon's socket named in
+    ``environ``: a process's main(), or the relay thread inside ExaBGP (bgpd.exabgp.bridge)."""
+    path = environ.get(SOCKET_ENV)
     if not path:
         # Not recoverable, but exiting would make ExaBGP respawn us in a loop and then
         # exit: drain stdin until ExaBGP goes away instead, and say why on stderr.
         sys.stderr.write(f"kube-bgpd helper: ${SOCKET_ENV} is not set; discarding input\n")
-        while os.read(0, 65536):
+        sys.stderr.flush()
+        while os.read(stdin, 65536):
             pass
         return 1
-    generation = int(os.environ.get(GENERATION_ENV, "0") or 0)
-    return Relay(path, generation).run()
+    generation = int(environ.get(GENERATION_ENV, "0") or 0)
+    relay = Relay(path, generation, stdin, stdout)
+    try:
+        return relay.run()
+    finally:
+        # A process's exit would close it; a thread's end must.
+        relay.disconnect()
+
+
+def main() -> int:
+    return serve(os.environ)
 
 
 if __name__ == "__main__":

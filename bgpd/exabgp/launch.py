@@ -1,4 +1,4 @@
-"""Start ExaBGP in this interpreter with two verified hot spots made cheaper, or unmodified.
+"""Start ExaBGP in this interpreter with verified hot spots made cheaper, or unmodified.
 
 ``python -m bgpd.exabgp.launch server CONF`` is ``python -m exabgp server CONF`` after
 four changes. First, ExaBGP 5.0's ``Neighbor.remove_self`` deep-copies every route it puts in a
@@ -15,7 +15,7 @@ speaker reloads ExaBGP in place (bgpd/exabgp/reload.py) and must know it happene
 Fourth, the routes of one API command share one copy of its attribute set per neighbour
 in the adj-rib-out (:func:`neighbour_attributes`; ~0.65 KiB less per route).
 
-The launcher fails open: it must never be the reason ExaBGP does not start. Both changes
+The launcher fails open: it must never be the reason ExaBGP does not start. The changes
 are applied only when the source of every ExaBGP function and class the replacement
 calls or assumes (:data:`RELIED_ON`) is byte-for-byte what it was checked against
 (ExaBGP 5.0.15, pinned in pyproject.toml); a changed or missing source (an ExaBGP
@@ -35,7 +35,13 @@ and that formatting was ~6% of its CPU while it sent 30,000 routes), and
 ``Family.family`` builds its result without the constructor's throw-away objects
 (:func:`family`: its calls were ~11% there; each now costs about half).
 
-This module must not import anything from kube-bgpd: it runs inside ExaBGP's process.
+Apart from these, checked on its own (:data:`BRIDGE_RELIED_ON`, :func:`bridge_helper`):
+when ExaBGP is patched, its API helper runs as a thread of ExaBGP's process instead of a
+process of its own (bgpd/exabgp/bridge.py); a difference there keeps the helper a process
+and says so, ExaBGP staying patched.
+
+This module must not import anything from kube-bgpd but the relay (bridge and helper,
+standard library only): it runs inside ExaBGP's process.
 """
 
 from __future__ import annotations
@@ -445,6 +451,8 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
         reason, detail = Unmodified.FAILED, f"{type(exc).__name__}: {exc}"
     limit = _step_limit_in_force()
     notes = [steps_note(wanted_steps(environ), limit)] if limit is not None else []
+    if reason is None:
+        notes.append(bridge_helper())
     if reason is not None:
         notes.insert(
             0,
@@ -459,6 +467,56 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
         with contextlib.suppress(OSError, ValueError):  # no usable stderr: still start
             print(text, file=sys.stderr, flush=True)
     return reason
+
+
+# --------------------------------------------------------------------------- the relay thread
+
+#: The ExaBGP code the relay thread (bgpd/exabgp/bridge.py) relies on, as :data:`RELIED_ON`
+#: but checked on its own: a difference here only keeps the helper a process. ``Processes``
+#: whole: it calls ``subprocess.Popen(run, stdin=PIPE, stdout=PIPE, env=...)`` for each API
+#: process, sets O_NONBLOCK on ``stdout.fileno()``, polls and ``os.read``s that fd, writes
+#: and flushes ``stdin``, and ends a process with terminate/wait(timeout)/kill; ``poll()``
+#: not None with its stdout at its end is a death (respawned, counted).
+BRIDGE_RELIED_ON: Mapping[str, str] = {
+    "exabgp.reactor.api.processes:Processes": (
+        "866caebb5261f0958dfb209626d450b4c8e98aed544e8fc28c9b1fb6083c40d3"
+    ),
+}
+#: The module whose ``subprocess`` name the bridge replaces.
+BRIDGE_MODULE = "exabgp.reactor.api.processes"
+
+
+def bridge_note(reason: Unmodified | None, detail: str) -> str:
+    """The warning when the helper stays a process although ExaBGP is patched, or ""."""
+    if reason is None:
+        return ""
+    return f"the API helper runs as its own process ({reason}: {detail})"
+
+
+def _install_bridge() -> None:
+    """ExaBGP's processes.py gets the subprocess module with ``Popen`` of the relay made a
+    thread (bridge.SubprocessFacade); refused unless its ``subprocess`` is the module."""
+    import subprocess
+
+    from bgpd.exabgp.bridge import SubprocessFacade
+
+    processes: Any = importlib.import_module(BRIDGE_MODULE)
+    if processes.subprocess is not subprocess:
+        raise RuntimeError(f"{BRIDGE_MODULE}.subprocess is not the subprocess module")
+    processes.subprocess = SubprocessFacade(subprocess)
+
+
+def bridge_helper() -> str:
+    """Run the relay as a thread of this process if :data:`BRIDGE_RELIED_ON` holds;
+    returns the warning when it stays a process (""). Never raises an Exception."""
+    try:
+        digests = {target: source_digest(target) for target in BRIDGE_RELIED_ON}
+        reason, detail = check(digests, BRIDGE_RELIED_ON, requested=False)
+        if reason is None:
+            _install_bridge()
+    except Exception as exc:  # fail open: the helper process as before
+        reason, detail = Unmodified.FAILED, f"{type(exc).__name__}: {exc}"
+    return bridge_note(reason, detail)
 
 
 def main() -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from bgpd.bfd.gate import CEASE_BFD_DOWN
+from bgpd.exabgp import launch
 from bgpd.exabgp.core import PROBE_INTERVAL
 from bgpd.exabgp.plan import Command, delta
 from bgpd.exabgp.render import render
@@ -311,6 +312,8 @@ async def test_ten_thousand_routes(topology: Topology, tmp_path: Path, bird_rout
     async with running(topology, tmp_path, (router_peer(topology),)) as rt:
         rt.driver.apply(routes("tor", prefixes))
         await in_thread(bird_router.wait_rib, lambda r: len(r) == 10_000, 60)
+        # The launcher patched ExaBGP: the relay is a thread of it, no helper process.
+        assert exabgp_children(rt) == []
         assert rt.driver.stats.commands_sent["announce"] == 100
         rt.driver.apply({})
         await in_thread(bird_router.wait_rib, lambda r: not r, 60)
@@ -362,8 +365,13 @@ async def test_changes_path_reaches_the_same_rib_as_whole_sets(
 
 
 async def test_helper_killed_no_route_lost(
-    topology: Topology, tmp_path: Path, bird_router: Router
+    topology: Topology, tmp_path: Path, bird_router: Router, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A helper process (ExaBGP unmodified: the only setting with one; a patched ExaBGP's
+    relay thread ending is tests/unit/test_exabgp_bridge.py) killed: ExaBGP respawns it,
+    nothing is restarted and no route is lost."""
+    # The supervisor starts ExaBGP with this process's environment (plus its own).
+    monkeypatch.setenv(launch.UNMODIFIED_ENV, "1")
     async with running(topology, tmp_path, (router_peer(topology),)) as rt:
         rt.driver.apply(routes("tor", ["10.99.100.1/32"]))
         await in_thread(bird_router.wait_rib, lambda r: net("10.99.100.1/32") in r, 20)

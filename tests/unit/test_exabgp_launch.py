@@ -23,6 +23,7 @@ from exabgp.configuration.configuration import Configuration
 from exabgp.environment import getenv
 from exabgp.logger import log
 from exabgp.protocol.family import AFI, SAFI, Family
+from exabgp.reactor.api import processes as exabgp_processes
 from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
 
@@ -223,6 +224,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
     monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
     monkeypatch.setattr(Family, "family", FAMILY)
+    monkeypatch.setattr(exabgp_processes, "subprocess", subprocess)  # the relay thread
     return original
 
 
