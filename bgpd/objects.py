@@ -26,8 +26,6 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypeGuard
 
-import yaml
-
 from bgpd.model import (
     EMPTY_LABELS,
     ClusterSnapshot,
@@ -396,8 +394,10 @@ def _parts(text: str) -> Iterator[Part]:
         except InputRefused as exc:
             raise DumpError(f"refused: {exc}") from exc
         return
+    import yaml  # only for a YAML dump: PyYAML costs every node ~2.3 MiB
+
     try:
-        yield from yaml_parts(text, _YAML_LOADER)
+        yield from yaml_parts(text, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise DumpError(f"not valid YAML: {' '.join(str(exc).split())}") from exc
     except InputRefused as exc:
@@ -405,10 +405,6 @@ def _parts(text: str) -> Iterator[Part]:
     except (ValueError, TypeError, OverflowError, RecursionError) as exc:
         # SafeConstructor can still fail on odd scalars (a timestamp out of range).
         raise DumpError(f"not valid YAML: {exc}") from exc
-
-
-#: libyaml's loader when available; yaml_parts applies the bounds (bgpd.untrusted).
-_YAML_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class _Refused(Exception):

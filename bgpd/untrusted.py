@@ -24,9 +24,12 @@ import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-import yaml
+if TYPE_CHECKING:
+    # Imported by the functions that read YAML: PyYAML (~2.3 MiB) is not loaded by a
+    # speaker that reads none (its configuration from the cluster, JSON from the API).
+    import yaml
 
 #: Values aliases may add beyond the document's own nodes.
 MAX_ALIAS_EXPANSION: Final = 10_000
@@ -58,6 +61,8 @@ def check_node(node: yaml.Node, *, budget: int = MAX_ALIAS_EXPANSION) -> int:
     holds a recursive alias, an integer longer than MAX_INTEGER_CHARS, or aliases that
     would add more than `budget` values to what the document spells out (the values they
     add are returned: a streamed document's items share one budget)."""
+    import yaml  # see the module's imports: loaded only where YAML is read
+
     # size[id] = values the node stands for once expanded; computed children first.
     size: dict[int, int] = {}
     distinct = 0
@@ -100,6 +105,8 @@ def check_node(node: yaml.Node, *, budget: int = MAX_ALIAS_EXPANSION) -> int:
 
 
 def _children(node: yaml.Node) -> list[yaml.Node]:
+    import yaml  # see the module's imports: loaded only where YAML is read
+
     if isinstance(node, yaml.SequenceNode):
         return list(node.value)
     if isinstance(node, yaml.MappingNode):
@@ -255,6 +262,8 @@ def json_parts(text: str) -> Iterator[Part]:
 def _composer_methods() -> dict[str, Any]:
     """PyYAML's Python composer, to compose one item at a time on top of a loader whose
     events may come from libyaml (CParser composes whole documents only)."""
+    import yaml  # see the module's imports: loaded only where YAML is read
+
     names = ("compose_node", "compose_scalar_node", "compose_sequence_node", "compose_mapping_node")
     return {n: getattr(yaml.composer.Composer, n) for n in names}
 
@@ -264,6 +273,8 @@ def yaml_parts(text: str, base: type[yaml.SafeLoader]) -> Iterator[Part]:
     mapping (or a top-level sequence) streamed item by item; each item's node graph is
     checked with check_node, with one alias budget for the whole text, and its aliases
     may name its own anchors only. Raises yaml.YAMLError or InputRefused."""
+    import yaml  # see the module's imports: loaded only where YAML is read
+
     loader_class = type(f"Streaming{base.__name__}", (base,), _composer_methods())
     loader: Any = loader_class(text)
     budget = [MAX_ALIAS_EXPANSION]

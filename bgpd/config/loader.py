@@ -4,67 +4,26 @@ bgpd.config.documents.parse_documents."""
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Sequence
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from bgpd.config.documents import parse_documents
 from bgpd.config.issues import ConfigError, ConfigIssue, LoadResult, YamlFailure
 from bgpd.model import Config
 from bgpd.untrusted import MAX_CONFIG_BYTES, InputRefused, bounded_loader, check_size
 
-
-def _yaml_loader_base() -> type[yaml.SafeLoader]:
-    # libyaml's parser is ~10x faster; the pure-Python one behaves the same. Either is
-    # bounded (bgpd.untrusted): depth, aliases and integer length are checked before a
-    # document is built.
-    return bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-
-
-class _Loader(_yaml_loader_base()):  # type: ignore[misc]
-    """YAML as Kubernetes reads it, which differs from PyYAML's YAML 1.1 in two ways that
-    matter here: sexagesimal numbers (PyYAML reads `65000:50` as the integer 3900050, which
-    would turn a community into a number) are plain strings, and a duplicated key is an
-    error instead of silently keeping the last one."""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:int",
-    re.compile(
-        r"""^(?:[-+]?0b[0-1_]+
-        |[-+]?0[0-7_]+
-        |[-+]?(?:0|[1-9][0-9_]*)
-        |[-+]?0x[0-9a-fA-F_]+)$""",
-        re.X,
-    ),
-    list("-+0123456789"),
-)
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
-        |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
+if TYPE_CHECKING:
+    import yaml
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[object, object]:
     """SafeConstructor's mapping, but a key written twice is an error. Keys brought in by a
     `<<` merge may still be overridden, as YAML's merge-key rule says."""
+    import yaml  # loaded already: this runs inside a parse (see _loader)
+
     written: list[object] = []
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
@@ -99,7 +58,56 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[
     return out
 
 
-_Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+@functools.cache
+def _loader() -> type[yaml.SafeLoader]:
+    """YAML as Kubernetes reads it, which differs from PyYAML's YAML 1.1 in two ways that
+    matter here: sexagesimal numbers (PyYAML reads `65000:50` as the integer 3900050, which
+    would turn a community into a number) are plain strings, and a duplicated key is an
+    error instead of silently keeping the last one.
+
+    Built on first use, with yaml imported then: a speaker that reads its configuration
+    from the cluster reads no YAML, and PyYAML costs every node ~2.3 MiB (a structure
+    test holds that it is not loaded there). libyaml's parser is ~10x faster; the
+    pure-Python one behaves the same. Either is bounded (bgpd.untrusted): depth, aliases
+    and integer length are checked before a document is built."""
+    import yaml
+
+    loader: Any = type(
+        "_Loader", (bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)),), {}
+    )
+    loader.yaml_implicit_resolvers = {
+        first: [
+            (tag, regexp)
+            for tag, regexp in resolvers
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+        ]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:int",
+        re.compile(
+            r"""^(?:[-+]?0b[0-1_]+
+            |[-+]?0[0-7_]+
+            |[-+]?(?:0|[1-9][0-9_]*)
+            |[-+]?0x[0-9a-fA-F_]+)$""",
+            re.X,
+        ),
+        list("-+0123456789"),
+    )
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+            |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+            |[-+]?\.(?:inf|Inf|INF)
+            |\.(?:nan|NaN|NAN))$""",
+            re.X,
+        ),
+        list("-+0123456789."),
+    )
+    loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+    result: type[yaml.SafeLoader] = loader
+    return result
 
 
 def parse_text(text: str, source: str) -> LoadResult:
@@ -119,10 +127,12 @@ def _yaml_error(source: str, exc: yaml.YAMLError) -> ConfigIssue:
 def _documents(text: str, source: str) -> list[tuple[str, object]]:
     """The documents of one file, labelled "file" or "file:doc N". Documents before a YAML
     error are kept, so their own errors are reported too."""
+    import yaml  # see _loader
+
     raw: list[object] = []
     failure: YamlFailure | None = None
     try:
-        for doc in yaml.load_all(text, Loader=_Loader):  # _Loader is a SafeLoader
+        for doc in yaml.load_all(text, Loader=_loader()):  # a SafeLoader
             raw.append(doc)
     except yaml.YAMLError as exc:
         failure = YamlFailure(_yaml_error(source, exc))
