@@ -66,7 +66,7 @@ def _loader() -> type[yaml.SafeLoader]:
     error instead of silently keeping the last one.
 
     Built on first use, with yaml imported then: a speaker that reads its configuration
-    from the cluster reads no YAML, and PyYAML costs every node ~2.3 MiB (a structure
+    from the cluster reads no YAML, and PyYAML costs every node ~0.7 MiB (a structure
     test holds that it is not loaded there). libyaml's parser is ~10x faster; the
     pure-Python one behaves the same. Either is bounded (bgpd.untrusted): depth, aliases
     and integer length are checked before a document is built."""
