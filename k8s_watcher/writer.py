@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -350,14 +351,42 @@ def _warnings(decision: Decision | None) -> set[_Warning]:
     return out
 
 
-def _route_counts(decision: Decision | None) -> dict[ServiceKey, dict[str, int]]:
-    """Service -> peer -> how many routes carry it to that peer."""
+#: Per Service, (peer, how many routes carry it to that peer) pairs sorted by peer.
+PeerCounts = tuple[tuple[str, int], ...]
+
+
+@functools.lru_cache(maxsize=4096)
+def _shared_counts(counts: PeerCounts) -> PeerCounts:
+    """One object for equal counts: nearly every Service has the same (one route to each
+    of the node's peers), and the announce Events keep a Service's counts for every
+    Service announced (a dict each cost ~190 bytes: ~2 MiB at 10,000 Services; a shared
+    tuple costs the map's entry only). Bounded: past 4,096 distinct values the least
+    recently seen are copies again, which is only memory."""
+    return counts
+
+
+def _counts_plus(counts: dict[ServiceKey, PeerCounts], key: ServiceKey, peer: str, n: int) -> None:
+    """Add `n` (1 or -1) routes of `key` to `peer`; a Service with none left is removed."""
+    pairs = dict(counts.get(key, ()))
+    left = pairs.get(peer, 0) + n
+    if left:
+        pairs[peer] = left
+    else:
+        pairs.pop(peer, None)
+    if pairs:
+        counts[key] = _shared_counts(tuple(sorted(pairs.items())))
+    else:
+        counts.pop(key, None)
+
+
+def _route_counts(decision: Decision | None) -> dict[ServiceKey, PeerCounts]:
+    """Service -> its PeerCounts."""
     out: dict[ServiceKey, dict[str, int]] = {}
     for route in decision.routes if decision is not None else ():
         for key in route.services:
             peers = out.setdefault(key, {})
             peers[route.peer] = peers.get(route.peer, 0) + 1
-    return out
+    return {key: _shared_counts(tuple(sorted(p.items()))) for key, p in out.items()}
 
 
 def _routes_at(
@@ -512,7 +541,7 @@ class AnnouncementEvents:
         #: The last `new` observed and, for it, Service -> peer -> routes announced: the
         #: next call starting from that decision only looks at the routes that changed.
         self._last: Decision | None = None
-        self._counts: dict[ServiceKey, dict[str, int]] = {}
+        self._counts: dict[ServiceKey, PeerCounts] = {}
         #: _warnings() of `_last`.
         self._warned: set[_Warning] = set()
 
@@ -557,17 +586,11 @@ class AnnouncementEvents:
         for route in removed:
             for key in route.services:
                 was.setdefault(key, True)
-                peers = counts[key]
-                peers[route.peer] -= 1
-                if not peers[route.peer]:
-                    del peers[route.peer]
-                    if not peers:
-                        del counts[key]
+                _counts_plus(counts, key, route.peer, -1)
         for route in added:
             for key in route.services:
-                peers = counts.setdefault(key, {})
-                was.setdefault(key, bool(peers))
-                peers[route.peer] = peers.get(route.peer, 0) + 1
+                was.setdefault(key, key in counts)
+                _counts_plus(counts, key, route.peer, 1)
         self._last = new
         self._services = services
         if self._withdrawn:
@@ -589,7 +612,7 @@ class AnnouncementEvents:
         self._release(self._budget.offer(self._clock(), news))
 
     def _announcing(self, service: Service) -> Change[_Item]:
-        peers_text = ", ".join(sorted(self._counts[service.key]))
+        peers_text = ", ".join(peer for peer, _ in self._counts[service.key])
         message = f"announcing from node {self._node!r} to peers {peers_text}"
         return Change(REASON_ANNOUNCING, CAUSE_ANNOUNCING, (service, message))
 
