@@ -46,6 +46,7 @@ from bgpd.untrusted import (
     Item,
     Part,
     check_size,
+    fastest_safe_loader,
     json_parts,
     yaml_parts,
 )
@@ -397,7 +398,7 @@ def _parts(text: str) -> Iterator[Part]:
     import yaml  # only for a YAML dump: PyYAML costs every node ~0.7 MiB
 
     try:
-        yield from yaml_parts(text, getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        yield from yaml_parts(text, fastest_safe_loader())
     except yaml.YAMLError as exc:
         raise DumpError(f"not valid YAML: {' '.join(str(exc).split())}") from exc
     except InputRefused as exc:

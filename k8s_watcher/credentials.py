@@ -415,7 +415,9 @@ class CredentialSource:
         self._ran_at = -float("inf")
         self._token_read_at = -float("inf")
         self._lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None
-        self._early: tuple[subprocess.Popen[bytes], list[str]] | None = None
+        #: What start_early began: the child and its argv, or a static kubeconfig's
+        #: credentials already read (the first `get` takes either).
+        self._early: tuple[subprocess.Popen[bytes], list[str]] | Credentials | None = None
         #: How many times credentials were resolved (for tests and the log).
         self.runs = 0
 
@@ -428,14 +430,18 @@ class CredentialSource:
     def start_early(self) -> None:
         """Start the child now, from synchronous code, so that it runs while the caller
         imports and parses (the speaker's start); the first `get` collects its answer.
-        Nothing to start in-cluster: the first `get` reads the account directly."""
+        A static kubeconfig is read now instead (the first `get` takes what was read);
+        nothing to start in-cluster: the first `get` reads the account directly."""
         if self._creds is None and self._early is None:
             try:
                 path = resolve_kubeconfig(self.kubeconfig, os.environ)
             except CredentialsError:
                 path = self.kubeconfig  # a named file is missing: the child says so
-            if path is None or _static(path, self.context) is not None:
-                return  # in-cluster or a static kubeconfig: the first `get` reads it
+            if path is None:
+                return
+            self._early = _static(path, self.context)
+            if self._early is not None:
+                return
             argv = child_argv(path, self.context)
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -446,7 +452,7 @@ class CredentialSource:
     def _abandon_early(self) -> None:
         """At exit (the caller stopped before it needed credentials: a bad config), the
         child is not left running behind it."""
-        if self._early is not None:
+        if isinstance(self._early, tuple):
             proc = self._early[0]
             self._early = None
             proc.kill()
@@ -465,7 +471,9 @@ class CredentialSource:
     async def _run(self) -> Credentials:
         early, self._early = self._early, None
         creds: Credentials
-        if early is not None:
+        if isinstance(early, Credentials):
+            creds = early
+        elif early is not None:
             creds = await self._collect_early(*early)
         else:
             creds = await self._runner(self.kubeconfig, self.context)

@@ -66,6 +66,17 @@ def _section(entry: Mapping[str, Any] | None, key: str) -> Mapping[str, Any]:
     return value
 
 
+def _file_text(base: Path, name: Any) -> str:
+    """A file a kubeconfig names, relative to its directory as the loader joins it;
+    _NotStatic when it is not a readable file (the loader raises then)."""
+    if not isinstance(name, str):
+        raise _NotStatic
+    path = Path(os.path.normpath(os.path.join(base, name)))
+    if not path.is_file():
+        raise _NotStatic
+    return path.read_text()
+
+
 def _file_or_data(obj: Mapping[str, Any], file_key: str, base: Path) -> str | None:
     """The loader's FileOrData(...).as_file() read back as text: ``<key>-data`` (base64)
     when present and non-empty, else the file (relative to `base`); None for neither."""
@@ -81,13 +92,7 @@ def _file_or_data(obj: Mapping[str, Any], file_key: str, base: Path) -> str | No
         except (binascii.Error, ValueError) as exc:
             raise _NotStatic from exc
     if file_key in obj:
-        name = obj[file_key]
-        if not isinstance(name, str) or not name:
-            raise _NotStatic
-        path = Path(os.path.normpath(os.path.join(base, name)))
-        if not path.is_file():
-            raise _NotStatic
-        return path.read_text()
+        return _file_text(base, obj[file_key])
     return None
 
 
@@ -99,13 +104,7 @@ def _authorization(user: Mapping[str, Any] | None, base: Path) -> str | None:
     if "token" in user:
         token = user["token"]
     elif "tokenFile" in user:
-        name = user["tokenFile"]
-        if not isinstance(name, str):
-            raise _NotStatic
-        path = Path(os.path.normpath(os.path.join(base, name)))
-        if not path.is_file():
-            raise _NotStatic
-        token = path.read_text()
+        token = _file_text(base, user["tokenFile"])
     else:
         token = None
     if token:

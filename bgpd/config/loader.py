@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Any
 from bgpd.config.documents import parse_documents
 from bgpd.config.issues import ConfigError, ConfigIssue, LoadResult, YamlFailure
 from bgpd.model import Config
-from bgpd.untrusted import MAX_CONFIG_BYTES, InputRefused, bounded_loader, check_size
+from bgpd.untrusted import (
+    MAX_CONFIG_BYTES,
+    InputRefused,
+    bounded_loader,
+    check_size,
+    fastest_safe_loader,
+)
 
 if TYPE_CHECKING:
     import yaml
@@ -67,14 +73,12 @@ def _loader() -> type[yaml.SafeLoader]:
 
     Built on first use, with yaml imported then: a speaker that reads its configuration
     from the cluster reads no YAML, and PyYAML costs every node ~0.7 MiB (a structure
-    test holds that it is not loaded there). libyaml's parser is ~10x faster; the
-    pure-Python one behaves the same. Either is bounded (bgpd.untrusted): depth, aliases
-    and integer length are checked before a document is built."""
+    test holds that it is not loaded there). libyaml's parser when present
+    (fastest_safe_loader), bounded (bgpd.untrusted): depth, aliases and integer length
+    are checked before a document is built."""
     import yaml
 
-    loader: Any = type(
-        "_Loader", (bounded_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)),), {}
-    )
+    loader: Any = type("_Loader", (bounded_loader(fastest_safe_loader()),), {})
     loader.yaml_implicit_resolvers = {
         first: [
             (tag, regexp)

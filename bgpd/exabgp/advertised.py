@@ -12,9 +12,8 @@ event loop; a copy of a kept dict reuses the stored hashes (1.7 ms there).
 
 The rules (DriverCore calls them):
 
-* ``accept(peer, prefix, attrs)``: ExaBGP answered ``done`` to an announce (``attrs``)
-  or a withdraw (None) of the prefix; ``accept_all(peer, changes)``: the same for a
-  whole answered command;
+* ``accept_all(peer, changes)``: ExaBGP answered ``done`` to a command: for each
+  prefix an announce (its attributes) or a withdraw (None);
 * ``sent(peer, announced, withdrawn)``: ExaBGP reported an UPDATE to the peer;
 * ``down(peer)``: the session is not established: the router dropped what it had;
 * ``forget(peer)``: ExaBGP's routes for the peer are no longer known (its accepted set
@@ -48,14 +47,11 @@ class AdvertisedRoutes:
         #: object, so the exposition cache (bgpd.metrics) can key on it.
         self._copy: DesiredRoutes | None = None
 
-    def accept(self, peer: PeerName, prefix: IPNetwork, attrs: RouteAttributes | None) -> None:
-        self.accept_all(peer, ((prefix, attrs),))
-
     def accept_all(
         self, peer: PeerName, changes: Iterable[tuple[IPNetwork, RouteAttributes | None]]
     ) -> None:
-        """accept() of each change in order, in one pass: ExaBGP answers a whole
-        command (up to a batch of prefixes) at once."""
+        """ExaBGP answered ``done`` to a whole command (up to a batch of prefixes): each
+        (prefix, attributes) announced, (prefix, None) withdrawn, in order, in one pass."""
         self._copy = None
         accepted = self._accepted.get(peer)
         wire = self._wire.get(peer, ())
