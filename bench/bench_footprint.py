@@ -7,7 +7,8 @@ Run as root from the repository root:
         [--changes 50] [--credentials in-cluster|kubeconfig] [--profile] [--keep]
 
 It builds the one-node lab of bench/bench_k8s.py (BIRD 2 in the router namespace, the API
-simulator on a thread inside it, node1's namespace for the speaker) and, for each size in
+simulator on a thread inside it with kube-bgpd's CRDs installed, so the speaker's status
+objects are written as in a cluster, node1's namespace for the speaker) and, for each size in
 ``--sizes`` (Local LoadBalancer Services, each with an allocated ingress IP and a ready
 endpoint on node1, so each is one /32 at BIRD) and each source in ``--sources``:
 
@@ -73,6 +74,7 @@ from bench_k8s import (
     seed,
 )
 
+from kbgpd_lab.kit.crds import product_crds
 from kbgpd_lab.kit.incluster import ServiceAccount
 from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
 from kbgpd_lab.kit.scale import local_service, node1_slice
@@ -392,6 +394,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
         bird = BirdCtl(router)
         writer = HttpWriter(topo.router.name, ca_cert=ca_cert, token=sim.sim.token)
         node = node_object("node1", [str(topo.node_address(1))])
+        # The shipped CRDs, as in a cluster kube-bgpd is deployed in: without them the
+        # speaker's ServiceBGPStatus and BGPNodeStatus writes fail and stay due.
+        seed(sim, product_crds())
         seed(sim, [node, local_service("lat", LATENCY_IP), node1_slice("lat", False)])
         have = 0
         try:

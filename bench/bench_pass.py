@@ -70,6 +70,7 @@ async def run(services: int, changes: int, work: Path) -> None:
     source._on_node("node1", None, node_from_api(node_object("node1", ["127.0.0.1"])))
     for i in range(services):
         s = service_from_api(local_service(f"s{i}", address(i)))
+        source._services[s.key] = s  # the Service informer's store, then its handler
         source._on_service(s.key, None, s)
         source._on_slice(
             f"default/s{i}-a", None, endpoint_slice_from_api(node1_slice(f"s{i}", True))

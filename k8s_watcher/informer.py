@@ -37,8 +37,9 @@ import asyncio
 import json
 import logging
 import random
+import sys
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, Generic, Protocol, TypeVar
@@ -160,6 +161,62 @@ class InformerObserver(Protocol):
     def relist(self, kind: str) -> None: ...
 
 
+class NamespacedStore(MutableMapping[str, T]):
+    """An informer's store with no key string per object: {namespace: {name: object}},
+    each name the object's own string (`name_of`), under keys "namespace/name" (or
+    "name") like any store. A dictionary keyed by "namespace/name" holds one more string
+    per object (~64 bytes: 1.9 MiB at 30,000 EndpointSlices) for a key nothing else
+    reads (the EndpointSlices' keys name no Service)."""
+
+    __slots__ = ("_by_namespace", "_len", "_name_of")
+
+    def __init__(self, name_of: Callable[[T], str]) -> None:
+        self._by_namespace: dict[str, dict[str, T]] = {}
+        self._len = 0
+        self._name_of = name_of
+
+    def __getitem__(self, key: str) -> T:
+        namespace, _, name = key.rpartition("/")
+        return self._by_namespace[namespace][name]
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        namespace, _, name = key.rpartition("/")
+        inner = self._by_namespace.get(namespace)
+        return inner is not None and name in inner
+
+    def __setitem__(self, key: str, value: T) -> None:
+        namespace, _, name = key.rpartition("/")
+        inner = self._by_namespace.get(namespace)
+        if inner is None:
+            inner = self._by_namespace[sys.intern(namespace)] = {}
+        if name in inner:
+            # A dictionary keeps the first key object of an entry: drop the entry, so
+            # the key is the new object's own name, not the old object's (kept alive).
+            del inner[name]
+        else:
+            self._len += 1
+        own = self._name_of(value)
+        inner[own if own == name else name] = value
+
+    def __delitem__(self, key: str) -> None:
+        namespace, _, name = key.rpartition("/")
+        inner = self._by_namespace[namespace]
+        del inner[name]
+        self._len -= 1
+        if not inner:
+            del self._by_namespace[namespace]
+
+    def __iter__(self) -> Iterator[str]:
+        for namespace, inner in self._by_namespace.items():
+            for name in inner:
+                yield f"{namespace}/{name}" if namespace else name
+
+    def __len__(self) -> int:
+        return self._len
+
+
 def object_key(obj: Mapping[str, Any]) -> str | None:
     """ "namespace/name" or "name" from an API object's metadata; None if it has no name."""
     meta = obj.get("metadata")
@@ -195,7 +252,12 @@ class Informer(Generic[T]):
         on_state: Callable[[], None] | None = None,
         observer: InformerObserver | None = None,
         rng: random.Random | None = None,
+        store: MutableMapping[str, T] | None = None,
     ) -> None:
+        """`store`: where the informer keeps its objects by key (default: a dictionary of
+        its own). A caller that indexes the objects by the same key passes its index, so
+        each object is held by one mapping, not by the informer's and the caller's
+        (k8s_watcher.cache: the Services)."""
         self._client = client
         self.kind = kind
         self._handler = handler
@@ -204,7 +266,7 @@ class Informer(Generic[T]):
         self._observer = observer
         # Jitter only spreads reconnects; it needs no cryptographic randomness.
         self._rng = rng or random.Random()  # noqa: S311
-        self._cache: dict[str, T] = {}
+        self._cache: MutableMapping[str, T] = {} if store is None else store
         self.resource_version: str | None = None
         self._synced = False
         self._connected = False
@@ -409,16 +471,18 @@ class Informer(Generic[T]):
                 into[key] = old
 
     def _replace(self, fresh: dict[str, T]) -> None:
-        """Swap in a complete new list, emitting only real differences."""
-        old_cache = self._cache
-        self._cache = fresh
-        for key, old in old_cache.items():
-            if key not in fresh:
-                self._handler(key, old, None)
+        """Bring the store to a complete new list, emitting only real differences. In
+        place (the store may be the caller's index); an object equal to the stored one
+        is not replaced, and nothing reads the store between two of these steps (they
+        run without an await)."""
+        cache = self._cache
+        for key in [key for key in cache if key not in fresh]:
+            self._handler(key, cache.pop(key), None)
         for key, new in fresh.items():
-            old_obj = old_cache.get(key)
-            if old_obj is None or old_obj != new:
-                self._handler(key, old_obj, new)
+            old = cache.get(key)
+            if old is None or old != new:
+                cache[key] = new
+                self._handler(key, old, new)
 
     # ------------------------------------------------------------------ watch
 

@@ -14,6 +14,7 @@ desired state stays equal, so it writes nothing.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +48,16 @@ def routes_on_the_wire(view: StatusView) -> DesiredRoutes:
     return view.advertised()
 
 
+@functools.lru_cache(maxsize=1024)
+def _shared_peers(peers: tuple[PeerName, ...]) -> tuple[PeerName, ...]:
+    """One tuple for equal peer lists: nearly every Service has the same (the node's
+    peers), and the status writer keeps each Service's list until the next publish
+    (a tuple each cost 48 bytes or more: 1.4 MiB at 30,000 Services). Bounded: past
+    1,024 distinct lists the least recently seen are copies again, which is only
+    memory."""
+    return peers
+
+
 def service_peers(
     decision: Decision | None, on_wire: DesiredRoutes
 ) -> dict[ServiceKey, tuple[PeerName, ...]]:
@@ -59,7 +70,7 @@ def service_peers(
             continue
         for key in route.services:
             out.setdefault(key, set()).add(route.peer)
-    return {key: tuple(sorted(peers)) for key, peers in out.items()}
+    return {key: _shared_peers(tuple(sorted(peers))) for key, peers in out.items()}
 
 
 class ConfigOrigin(StrEnum):

@@ -36,17 +36,21 @@ def test_index_mappings_equal_the_dictionary_when_taken_and_never_change(
     ops: list[tuple[str, str, int]], compact_after: int
 ) -> None:
     index: _Index[str, int] = _Index(compact_after=compact_after)
+    live: dict[str, int] = {}
     taken: list[tuple[Any, dict[str, int]]] = []
     for op, key, value in ops:
         if op == "set":
-            index.live[key] = value
-            index.touch(key)
+            index[key] = value
+            live[key] = value
         elif op == "del":
-            if index.live.pop(key, None) is not None:
-                index.touch(key)
+            assert index.pop(key, None) == live.pop(key, None)
         else:
-            taken.append((index.mapping(), dict(index.live)))
-    taken.append((index.mapping(), dict(index.live)))
+            taken.append((index.mapping(), dict(live)))
+        assert dict(index.items()) == live
+        assert len(index) == len(live)
+        for k in KEYS:
+            assert (k in index) == (k in live)
+    taken.append((index.mapping(), dict(live)))
     for mapping, expected in taken:
         assert len(mapping) == len(expected)
         assert dict(mapping.items()) == expected
@@ -135,7 +139,12 @@ async def test_snapshot_changes_name_every_changed_service(
     for kind, key, variant in ops:
         if kind == "service":
             new = None if variant == "gone" else _service(key, variant)
-            _event(services, key, new, source._on_service)
+            # The Service informer's store is the source's Service index.
+            _event(source._services, key, new, source._on_service)  # type: ignore[arg-type]
+            if new is None:
+                services.pop(key, None)
+            else:
+                services[key] = new
         elif kind == "slice":
             new_slice = None if variant == "gone" else _slice(key, variant)
             _event(slices, f"default/{key.split('/')[1]}-a", new_slice, source._on_slice)

@@ -126,7 +126,9 @@ def test_saved_attributes_are_shared_between_services() -> None:
 def test_the_source_keeps_one_tuple_of_slices_per_service() -> None:
     source = KubernetesSource(KubeClient.lazy(None))
     key = ServiceKey("default/web")
-    source._on_service("default/web", None, svc("default/web", "10.99.0.1"))
+    web = svc("default/web", "10.99.0.1")
+    source._services[key] = web  # what the Service informer stores, then reports
+    source._on_service("default/web", None, web)
     b = eps("default/web", ep("n1"), name="web-b")
     a = eps("default/web", ep("n1"), name="web-a")
     source._on_slice("default/web-b", None, b)

@@ -84,9 +84,12 @@ def test_bounded_writes_and_last_state_written(
         now += step
         c.replace(desired, now)
         drive(c, api, now, fail=fail)
+        # What it says the API holds, it does (a failed write's object is unknown).
+        assert c.written().items() <= api.held.items()
     end = settle(c, api, now)
     # The last state is what the API server holds; keys not desired were deleted.
     assert api.held == history[-1][1]
+    assert c.written() == api.held
     assert c.pending == 0
     # Per object: two writes at least `interval` apart, within the coalescer's float
     # tolerance of 1e-6 s (Hypothesis found writes 0.3 s - 6e-8 apart at interval 0.3).
@@ -212,3 +215,23 @@ def test_after_a_failed_write_the_object_is_written_again_even_if_unchanged() ->
     c.replace({"a": 1}, 1.1)
     settle(c, api, 1.1)
     assert api.held == {"a": 1}
+
+
+def test_once_written_an_object_is_held_once_and_keeps_no_write_time() -> None:
+    """Structure: before and after the writes, the coalescer holds each object's desired
+    content and nothing else per object: not the content the API holds beside it (none,
+    then the same), not the time of its last write (past its interval it holds nothing
+    back)."""
+    api = Api()
+    c: Coalescer[str, int] = Coalescer(interval=1.0, rate=1000.0, burst=1000, now=0.0)
+    desired = {f"s{i}": i % 3 for i in range(20_000)}
+    c.replace(desired, 0.0)
+    assert c._held == {}  # nothing written yet: no content of its own per object
+    now = 0.0
+    while c.pending:
+        drive(c, api, now)
+        now += 1.0
+    assert api.held == desired == c.written()
+    assert c._held == {}
+    # Only the writes of about the last interval, twice over, plus the slack of 1,024.
+    assert len(c._not_before) <= 2 * 1000 + 1024 < len(desired)
