@@ -263,13 +263,26 @@ def _shallow(obj: Any) -> Any:
     return new
 
 
+def _nlri_copy(nlri: Any) -> Any:
+    """:func:`_shallow` for the NLRI the adj-rib-out keeps, one per route: the fields
+    set one by one, in the original's order, keep CPython's inline attribute values,
+    where updating ``__dict__`` gave every copy a dictionary of its own (64 bytes a
+    route: 1.8 MiB at 30,000 routes; the original's dictionary, made by reading it, goes
+    with the parsed route)."""
+    cls: Any = type(nlri)
+    new = cls.__new__(cls)
+    for name, value in nlri.__dict__.items():
+        setattr(new, name, value)
+    return new
+
+
 def remove_self(self: Any, changes: Any) -> Any:
     """``Neighbor.remove_self`` without the deep copy: a new Change over a copied NLRI
     and this neighbour's copy of the attribute set (:func:`neighbour_attributes`), so
     the next-hop rewrite touches only this neighbour's copies (the original's contract),
     and nothing else is shared mutably."""
     change_type = _exabgp_types()[0]
-    nlri = _shallow(changes.nlri)
+    nlri = _nlri_copy(changes.nlri)
     neighbor_self = self.ip_self(nlri.afi) if nlri.nexthop.SELF else None
     attributes = neighbour_attributes(self, changes.attributes, neighbor_self)
     if neighbor_self is not None:

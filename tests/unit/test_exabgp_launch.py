@@ -8,6 +8,7 @@ without touching the parsed route or sharing the per-neighbour rewrite.
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -93,6 +94,15 @@ def test_each_neighbour_gets_its_own_next_hop() -> None:
     assert str(b.nlri.nexthop) == "192.0.2.11"
     a.nlri.action = 2  # what ExaBGP's outgoing RIB does to a stored change on withdraw
     assert b.nlri.action == change.nlri.action != 2
+
+
+def test_a_routes_nlri_copy_has_no_dictionary_of_its_own() -> None:
+    """Structure: the NLRI the adj-rib-out keeps per route holds its fields inline
+    (CPython's inline values), not in a dictionary per route (64 bytes each)."""
+    [n1, _, _], [change] = parse("attributes next-hop self nlri 10.99.0.9/32")
+    got = launch.remove_self(n1, change)
+    assert not [r for r in gc.get_referents(got.nlri) if type(r) is dict]
+    assert vars(got.nlri).keys() == vars(change.nlri).keys()
 
 
 def test_the_routes_of_one_command_share_one_attribute_copy_per_neighbour() -> None:
