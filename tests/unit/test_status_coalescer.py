@@ -10,6 +10,7 @@ the desired state are deleted.
 from __future__ import annotations
 
 import itertools
+import sys
 from dataclasses import dataclass, field
 
 import pytest
@@ -233,5 +234,6 @@ def test_once_written_an_object_is_held_once_and_keeps_no_write_time() -> None:
         now += 1.0
     assert api.held == desired == c.written()
     assert c._held == {}
+    assert sys.getsizeof(c._dirty) < 1024  # not the table of 20,000 dirty keys
     # Only the writes of about the last interval, twice over, plus the slack of 1,024.
     assert len(c._not_before) <= 2 * 1000 + 1024 < len(desired)
