@@ -18,8 +18,10 @@ in the adj-rib-out (:func:`neighbour_attributes`; ~0.65 KiB less per route).
 The launcher fails open: it must never be the reason ExaBGP does not start. The changes
 are applied only when the source of every ExaBGP function and class the replacement
 calls or assumes (:data:`RELIED_ON`) is byte-for-byte what it was checked against
-(ExaBGP 5.0.15, pinned in pyproject.toml); a changed or missing source (an ExaBGP
-installed without its .py files), ``$KUBE_BGPD_EXABGP_UNMODIFIED`` set, or any exception
+(ExaBGP 5.0.15, pinned in pyproject.toml: whole files are compared first,
+:data:`VERIFIED_FILES`, and each target's source read only when one differs); a changed
+or missing source (an ExaBGP installed without its .py files),
+``$KUBE_BGPD_EXABGP_UNMODIFIED`` set, or any exception
 while checking or patching means ExaBGP runs unmodified, correct and slower with many
 routes. The launcher then prints one line with "warning" and the reason on stderr
 (starting with :data:`UNMODIFIED_MARK`), which the supervisor logs at WARNING and the
