@@ -40,8 +40,9 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   advertised counts), ``driver.accepted() -> DesiredRoutes`` (ExaBGP answered ``done``),
   ``driver.advertised() -> DesiredRoutes`` (sent to the router on its established
   session: DriverCore.advertised()), ``driver.subscribe(maxsize) ->
-  asyncio.Queue[DriverEvent]`` (session changes, and one RouteEvents per answered
-  command: the routes it changed; a full queue drops its oldest event and counts it in
+  asyncio.Queue[DriverEvent]`` (session changes; one RouteEvents per change of a
+  peer's advertised routes, with the routes it changed; one RoutesAccepted per answer
+  that changed what ExaBGP holds; a full queue drops its oldest event and counts it in
   ``stats.events_dropped``: a slow subscriber never blocks BGP),
   ``driver.unsubscribe(queue)``.
 * ``driver.stats``: ``commands_sent`` (Counter by CommandKind value), ``command_errors``,
