@@ -27,6 +27,9 @@ Inputs:
 * ``on_ack(done, at)``: ExaBGP's ``done`` / ``error`` answer to the oldest command in
   flight; ``on_event(doc, at)``: one of ExaBGP's JSON messages (session states, and the
   UPDATEs it sent: bgpd.exabgp.sent);
+* ``flush_events()``: hand out what the UPDATE reports read so far changed in the
+  advertised routes (one RouteEvents per peer; the transport calls it once it has read
+  the lines at hand, and any other event flushes them first, keeping the order);
 * ``next_commands(now)``: the commands to write now (recorded as in flight from ``now``);
   ``ack_timed_out(now)``: True once when the oldest command waited past ``ack_timeout``.
 
@@ -228,6 +231,10 @@ class DriverCore:
         #: session since it came up, not withdrawn since (ExaBGP's reports: on_event);
         #: emptied when the session goes down or ExaBGP restarts.
         self._advertised = AdvertisedRoutes()
+        #: Per peer, what UPDATE reports changed in its advertised set since the last
+        #: flush_events(), in order; the time of the last of them.
+        self._reported: dict[PeerName, list[tuple[IPNetwork, RouteAttributes | None]]] = {}
+        self._reported_at = 0.0
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._sessions: dict[PeerName, _Session] = {}
@@ -324,7 +331,7 @@ class DriverCore:
         held = sorted(p for p, r in self._accepted.items() if r)
         self._accepted = {}
         for peer in held:
-            self.emit(RoutesAccepted(self.node, peer, at))
+            self._emit(RoutesAccepted(self.node, peer, at))
         self._queue.clear()
         self._in_flight.clear()
         self._eor_due.clear()
@@ -421,17 +428,49 @@ class DriverCore:
                 # A withdraw changes only the prefixes ExaBGP held.
                 held = True
         if held:
-            self.emit(RoutesAccepted(self.node, peer, at))
+            self._emit(RoutesAccepted(self.node, peer, at))
 
     def _advertise(
-        self, peer: PeerName, changes: Sequence[tuple[IPNetwork, RouteAttributes | None]], at: float
+        self,
+        peer: PeerName,
+        changes: Sequence[tuple[IPNetwork, RouteAttributes | None]],
+        at: float,
+        *,
+        reported: bool = False,
     ) -> None:
         """The one place route events come from: what a rule of AdvertisedRoutes
         (accept_all, sent, down, forget, drop) changed in the peer's advertised set, as
         one RouteEvents (none if nothing changed). So MQTT's route topics say what
-        ``advertised()`` and the metric say, change by change."""
-        if changes:
-            self.emit(RouteEvents(self.node, peer, tuple(changes), at))
+        ``advertised()`` and the metric say, change by change. The changes of UPDATE
+        reports (``reported``) are held and go out together (flush_events())."""
+        if not changes:
+            return
+        if reported:
+            self._reported.setdefault(peer, []).extend(changes)
+            self._reported_at = at
+            return
+        self._emit(RouteEvents(self.node, peer, tuple(changes), at))
+
+    def _emit(self, event: DriverEvent) -> None:
+        """Every event goes out here, after the UPDATE reports' changes held so far
+        (flush_events()): the subscribers see the changes in the order they happened."""
+        if self._reported:
+            self.flush_events()
+        self.emit(event)
+
+    @property
+    def events_held(self) -> bool:
+        """Changes from UPDATE reports wait for flush_events()."""
+        return bool(self._reported)
+
+    def flush_events(self) -> None:
+        """Hand out the advertised changes of the UPDATE reports read since the last
+        flush, one RouteEvents per peer. The transport calls it once it has read the
+        lines at hand: ExaBGP sends each IPv6 /128 in an UPDATE of its own (one report
+        line each), so one event per report would be one per route."""
+        reported, self._reported = self._reported, {}
+        for peer, changes in reported.items():
+            self.emit(RouteEvents(self.node, peer, tuple(changes), self._reported_at))
 
     def _reloaded(self, done: bool, at: float) -> None:
         """ExaBGP answered ``reload`` (nothing else was in flight: it goes alone) and
@@ -474,7 +513,7 @@ class DriverCore:
         held = list(self._accepted.pop(peer, {}))
         self._advertise(peer, self._advertised.forget(peer), at)
         if held:
-            self.emit(RoutesAccepted(self.node, peer, at))
+            self._emit(RoutesAccepted(self.node, peer, at))
         return held
 
     def _sent_with_uncertain(self) -> None:
@@ -526,7 +565,8 @@ class DriverCore:
         name = self._peer_of(doc)
         if name is None:
             return
-        self._advertise(name, self._advertised.sent(name, update.announced, update.withdrawn), at)
+        changes = self._advertised.sent(name, update.announced, update.withdrawn)
+        self._advertise(name, changes, at, reported=True)
 
     def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
         neighbor = doc.get("neighbor")
@@ -591,7 +631,7 @@ class DriverCore:
                     hold_down=round(verdict.hold_down, 1),
                     hint=f"session to {name} flapping: {FLAP_HINT}",
                 )
-        self.emit(
+        self._emit(
             PeerEvent(
                 self.node,
                 name,

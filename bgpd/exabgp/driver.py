@@ -137,6 +137,8 @@ class ExaBGPDriver:
         self._wake = asyncio.Event()
         self._converged = asyncio.Event()
         self._subscribers: list[asyncio.Queue[DriverEvent]] = []
+        #: A call of core.flush_events() is scheduled (see _on_line).
+        self._flush_due = False
 
     @property
     def stats(self) -> DriverStats:
@@ -346,6 +348,15 @@ class ExaBGPDriver:
             if isinstance(doc, dict):
                 self.core.on_event(doc, time.time())
                 self._wake.set()
+                if self.core.events_held and not self._flush_due:
+                    # After the lines already read (readline returns them without
+                    # yielding): the reports of one read make one RouteEvents per peer.
+                    self._flush_due = True
+                    asyncio.get_running_loop().call_soon(self._flush_events)
+
+    def _flush_events(self) -> None:
+        self._flush_due = False
+        self.core.flush_events()
 
     # ------------------------------------------------------------------ sender
 

@@ -284,10 +284,11 @@ def test_an_update_for_an_unknown_session_is_ignored() -> None:
 
 
 def test_route_events_come_per_batch_not_per_route() -> None:
-    """The subscribers get one RouteEvents per change of a peer's advertised set (an
-    UPDATE report of ~400 prefixes, an answer, a session down), holding its routes in
-    order: a first sync of 30,000 routes was 30,000 events to each. ExaBGP's answers
-    alone advertise nothing (one RoutesAccepted each): the UPDATE report does."""
+    """The subscribers get one RouteEvents per batch of changes of a peer's advertised
+    set (the UPDATE reports read together: an IPv6 /128 is an UPDATE of its own; an
+    answer; a session down), holding its routes in order: a first sync of 30,000 routes
+    was 30,000 events to each. ExaBGP's answers alone advertise nothing (one
+    RoutesAccepted each): the UPDATE reports do."""
     events: list[DriverEvent] = []
     c = core(window=4, batch=100, events=events)
     prefixes = [net(f"10.1.{i // 256}.{i % 256}/32") for i in range(250)]
@@ -298,8 +299,12 @@ def test_route_events_come_per_batch_not_per_route() -> None:
     events.clear()
     c.on_event(update_doc(GR, prefixes[:200]), 2.0)
     c.on_event(update_doc(GR, prefixes[200:]), 2.0)
+    assert events == []
+    assert c.events_held
+    c.flush_events()
+    assert not c.events_held
     batches = [e for e in events if isinstance(e, RouteEvents)]
-    assert [len(e.changes) for e in batches] == [200, 50]
+    assert [len(e.changes) for e in batches] == [250]
     routes = [r for e in batches for r in e.events()]
     assert [r.prefix for r in routes] == prefixes
     assert {(r.peer, r.change, r.attributes, r.at) for r in routes} == {
@@ -308,6 +313,7 @@ def test_route_events_come_per_batch_not_per_route() -> None:
     # Reported again (ExaBGP re-sends after a route refresh): nothing changed.
     events.clear()
     c.on_event(update_doc(GR, prefixes), 2.5)
+    c.flush_events()
     assert events == []
     # An accepted withdraw ends the advertisement at once (as the metric counts it):
     # one batch per answer; its UPDATE report then changes nothing.
@@ -318,11 +324,41 @@ def test_route_events_come_per_batch_not_per_route() -> None:
     assert [ch for e in batches for ch in e.changes] == [(p, None) for p in sorted(prefixes[10:])]
     events.clear()
     c.on_event(update_doc(GR, withdrawn=prefixes[10:]), 3.5)
+    c.flush_events()
     assert events == []
     # The session goes down: the router dropped the rest (RFC 4271), in one batch.
     c.on_event(state_doc(GR, SessionState.DOWN), 4.0)
     (gone,) = [e for e in events if isinstance(e, RouteEvents)]
     assert gone.changes == tuple((p, None) for p in prefixes[:10])
+
+
+def test_held_report_changes_go_out_before_any_other_event() -> None:
+    """An event after UPDATE reports not flushed yet (a session down read in the same
+    chunk) hands the reports' changes out first: replayed in order, the events still
+    give advertised()."""
+    events: list[DriverEvent] = []
+    c = core(events=events)
+    routes = {GR: {net("10.0.0.1/32"): PLAIN}, IBGP: {net("10.0.0.2/32"): PLAIN}}
+    c.apply(routes)
+    answer_all(c)
+    events.clear()
+    for peer in (GR, IBGP):
+        c.on_event(state_doc(peer, SessionState.UP), 1.0)
+        c.on_event(update_doc(peer, list(routes[peer])), 1.0)
+    c.on_event(state_doc(GR, SessionState.DOWN), 2.0)
+    got = [
+        (type(e).__name__, e.peer, [a is not None for _, a in getattr(e, "changes", ())])
+        for e in events
+    ]
+    assert got == [
+        ("PeerEvent", GR, []),
+        ("RouteEvents", GR, [True]),  # held until the next event
+        ("PeerEvent", IBGP, []),
+        ("RouteEvents", IBGP, [True]),
+        ("RouteEvents", GR, [False]),
+        ("PeerEvent", GR, []),
+    ]
+    assert c.advertised() == {IBGP: routes[IBGP]}
 
 
 @pytest.mark.parametrize(
@@ -383,9 +419,11 @@ def test_what_ends_or_changes_an_advertisement(
     answer_all(c)
     c.on_event(state_doc(GR, SessionState.UP), 1.0)
     c.on_event(update_doc(GR, list(routes[GR])), 1.0)
+    c.flush_events()
     assert c.advertised() == routes
     events.clear()
     after(c)
+    c.flush_events()
     got = [(e.peer, str(p), a) for e in events if isinstance(e, RouteEvents) for p, a in e.changes]
     assert got == expected
     # Replayed on what was advertised, they give what is advertised now.
@@ -526,7 +564,9 @@ class Wire(RuleBasedStateMachine):
 
     def hear(self) -> None:
         """Replay the events since the last check into ``heard`` and MQTT's publisher
-        (each invariant calls it first: Hypothesis runs them in no given order)."""
+        (each invariant calls it first: Hypothesis runs them in no given order), after
+        the transport's flush of the UPDATE reports' changes."""
+        self.core.flush_events()
         for event in self.events:
             if isinstance(event, RouteEvents):
                 assert event.node == NODE
