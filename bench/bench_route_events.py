@@ -4,6 +4,7 @@ Run from the repository root:
 
     .venv/bin/python bench/bench_route_events.py [--routes 30000] [--repeat 5] [--mqtt]
         [--per-update 400] [--flush-every N]
+    .venv/bin/python bench/bench_route_events.py --retained-memory --peers 2 [--routes 30000]
 
 The sans-I/O DriverCore (bgpd.exabgp.core) with one IPv4 peer: ``--routes`` /32s
 applied and every command answered ``done`` (batches of 100), the session up, ExaBGP's
@@ -15,15 +16,21 @@ at the end), then the session down. Per phase: the CPU seconds of this process
 (what every subscriber queues), by type. With ``--mqtt`` the route events also go
 through MQTTPublisher.publish (no broker: its retained state), as the speaker's MQTT
 task does. The median of ``--repeat`` runs is printed.
+
+``--retained-memory``: instead, the memory (tracemalloc) an MQTTPublisher holds after
+``--routes`` announces to each of ``--peers`` peers: its retained state (one topic per
+prefix) and which peers have each prefix.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import ipaddress
 import statistics
 import time
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +43,8 @@ from bgpd.model import (
     NodeName,
     PeerName,
     RouteAttributes,
+    RouteChange,
+    RouteEvent,
     RouteEvents,
 )
 from bgpd.mqtt import MQTTPublisher
@@ -131,6 +140,23 @@ def run(
     return times, counts
 
 
+def retained_memory(routes: int, peers: int) -> None:
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NodeName("n1"), max_queue=1)
+    attrs = RouteAttributes()
+    nets = [ipaddress.IPv4Network((0x0A000000 + i, 32)) for i in range(routes)]
+    gc.collect()
+    tracemalloc.start()
+    for i in range(peers):
+        peer = PeerName(f"tor{i}")
+        for n in nets:
+            pub.publish(RouteEvent(NodeName("n1"), peer, n, RouteChange.ANNOUNCED, attrs, 1.0))
+    pub._queue.clear()  # the one event the bounded queue kept: not retained state
+    gc.collect()
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    print(f"retained topics {len(pub._retained)}, held {held / 2**20:.1f} MiB")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--routes", type=int, default=30000)
@@ -138,7 +164,12 @@ def main() -> None:
     ap.add_argument("--mqtt", action="store_true")
     ap.add_argument("--per-update", type=int, default=400)
     ap.add_argument("--flush-every", type=int, default=None)
+    ap.add_argument("--retained-memory", action="store_true")
+    ap.add_argument("--peers", type=int, default=1)
     args = ap.parse_args()
+    if args.retained_memory:
+        retained_memory(args.routes, args.peers)
+        return
     runs = [
         run(args.routes, args.mqtt, args.per_update, args.flush_every) for _ in range(args.repeat)
     ]

@@ -239,3 +239,19 @@ def test_a_route_topic_is_retained_while_any_peer_has_the_prefix(
     assert all(m.topic == TOPIC for m in last)
     seen = [(m.retain, json.loads(m.payload)["peer"] if m.payload else None) for m in last]
     assert seen == last_messages
+
+
+def test_one_peer_keeps_no_document_per_topic_beside_the_retained_one() -> None:
+    """Footprint: with one peer per prefix (the usual case) the publisher keeps the
+    peer's name per route topic, not a dict of documents (30,000 routes: 6 MiB more,
+    bench/bench_route_events.py --retained-memory); a second peer makes one."""
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
+    for i in range(3):
+        prefix = ipaddress.ip_network(f"10.99.0.{i}/32")
+        pub.publish(RouteEvent(NODE, R1, prefix, UP, RouteAttributes(), 1.0))
+    assert {type(h) for h in pub._holders.values()} == {str}
+    pub.publish(_route(R2, UP, 2.0))
+    pub.publish(_route(R1, UP, 3.0))
+    assert type(pub._holders[TOPIC]) is dict
+    pub.publish(_route(R2, DOWN, 4.0))
+    assert pub._holders[TOPIC] == R1
