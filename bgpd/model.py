@@ -791,10 +791,10 @@ SpeakerEvent = RouteEvent | PeerEvent | BfdEvent | BfdTeardownEvent
 @dataclass(frozen=True, slots=True)
 class RouteEvents:
     """The routes one change of a peer's advertised set changed, in order: one event per
-    batch (an UPDATE ExaBGP reports, ~400 prefixes; an answer; a session going down),
-    not one per route. A first sync of 30,000 routes was 30,000 events built and queued
-    to every subscriber, and all but MQTT only want to be woken; MQTT publishes one
-    message per route (events())."""
+    batch (the UPDATE reports read together, ~400 /32s each but one IPv6 /128; an
+    answer; a session going down), not one per route. A first sync of 30,000 routes was
+    30,000 events built and queued to every subscriber, and all but MQTT only want to
+    be woken; MQTT publishes one message per route (events())."""
 
     node: NodeName
     peer: PeerName
