@@ -414,8 +414,8 @@ class Speaker:
         and until when): re-render when a session starts being held down (it is rendered
         ``passive``) and when a hold-down ends (it connects again; ExaBGP re-sends the
         routes it holds for it). Woken by the driver's events and the next end; the
-        events queued meanwhile are taken together (one per answered command: a first
-        sync of 30,000 routes queues ~300)."""
+        events queued meanwhile are taken together (a first sync of 30,000 routes queues
+        ~300 RoutesAccepted, one per answered command, and its RouteEvents)."""
         events = self.driver.subscribe()
         try:
             while True:
@@ -953,9 +953,10 @@ class Speaker:
         await self._status_start()
         while True:
             if self._status_unsettled():
-                # The driver emits no event per UPDATE ExaBGP reports sent, so while a
-                # session's advertised routes still climb towards the accepted ones (a
-                # session just re-established), look again after an interval.
+                # While a session's advertised routes still climb towards the accepted
+                # ones (a session just re-established), look again after an interval
+                # too, should a wake-up be lost (a full subscription queue drops events;
+                # the driver's RouteEvents otherwise wake this task as they climb).
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(
                         self._status_wake.wait(), self.config.speaker.status_interval
@@ -994,7 +995,9 @@ class Speaker:
             self.driver.unsubscribe(events)
 
     async def _cluster_status_events(self) -> None:
-        """Session and route events from the driver wake the status task."""
+        """The driver's events wake the status task: session changes, RouteEvents (the
+        routes on the wire changed: ServiceBGPStatus) and RoutesAccepted (the accepted
+        counts of BGPNodeStatus changed, also while a session is down)."""
         events = self.driver.subscribe()
         try:
             while True:
