@@ -341,8 +341,8 @@ async def bulk_against_bird(
     launcher_only: bool,
 ) -> None:
     """Bare ExaBGP (single routes, 200 in flight), the driver (4 x 100) and the driver with
-    ExaBGP's own entry point, to a BIRD peer (the peer lab-notes.md measured bare ExaBGP
-    against); each ``repeat`` times on the same session: all routes in, all out, again.
+    ExaBGP's own entry point, to a BIRD peer (the peer bare ExaBGP was first
+    measured against); each ``repeat`` times on the same session: all routes in, all out, again.
     The launcher runs once per window x batch in ``shapes``; ``launcher_only`` skips bare
     and stock ExaBGP (their figures do not move with the driver's changes)."""
     print(f"load average at start: {os.getloadavg()}", flush=True)

@@ -69,6 +69,7 @@ from bench_k8s import (
     BirdCtl,
     HttpWriter,
     Speaker,
+    compile_product,
     lab,
     latency_speaker,
     seed,
@@ -505,6 +506,7 @@ def main() -> None:
     args.keep = args.keep or args.profile
     # The simulator thread and the poller share this interpreter: switch often.
     sys.setswitchinterval(0.0005)
+    compile_product()
     # Not under /tmp/kube-bgpd-*: other runs on this machine clean those up by pattern.
     work = Path(tempfile.mkdtemp(prefix="bench-footprint-", dir="/var/tmp"))
     try:

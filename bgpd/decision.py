@@ -828,7 +828,9 @@ def _service_part(
             )
     skips: list[Skip] = []
     contributions: list[_Contribution] = []
-    endpoints = serving_endpoints(slices, scope.node) if local else 0
+    #: The link bandwidth's endpoint count (Local only), counted when an advertisement
+    #: first asks for it: most ask for none.
+    endpoints: int | None = None if local else 0
     selected = tuple(a.name for a in ctx.selective if a.selects_service(svc.labels))
     for ip in dict.fromkeys(svc.ingress_ips):
         pool = scope.pool_of(ip)
@@ -844,7 +846,11 @@ def _service_part(
         kept = 0
         for adv, peer in targets:
             length = adv.aggregation_length if ip.version == 4 else adv.aggregation_length_v6
-            asked = endpoints if adv.link_bandwidth_per_endpoint is not None else 0
+            asked = 0
+            if adv.link_bandwidth_per_endpoint is not None:
+                if endpoints is None:
+                    endpoints = serving_endpoints(slices, scope.node)
+                asked = endpoints
             prefix = aggregate(ip, length)
             if adv.max_nodes is not None:
                 if adv.name not in capped:

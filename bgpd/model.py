@@ -732,7 +732,11 @@ class RouteChange(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RouteEvent:
-    """A route this node started or stopped announcing to a peer (accepted by ExaBGP)."""
+    """A route this node started or stopped advertising to a peer: ANNOUNCED when it is
+    in the peer's ``advertised`` set (sent in an UPDATE on the established session and
+    accepted by ExaBGP), also when its attributes there change; WITHDRAWN when it leaves
+    it (withdrawn, the session down, ExaBGP's routes for the peer forgotten). The same
+    set as ``kube_bgpd_bgp_prefixes_advertised`` (bgpd.exabgp.advertised)."""
 
     node: NodeName
     peer: PeerName
@@ -786,14 +790,15 @@ SpeakerEvent = RouteEvent | PeerEvent | BfdEvent | BfdTeardownEvent
 
 @dataclass(frozen=True, slots=True)
 class RouteEvents:
-    """The routes one answer of ExaBGP changed for one peer, in order: one event per
-    answer (up to a command's batch of prefixes), not one per route. A first sync of
-    30,000 routes was 30,000 events built and queued to every subscriber, and all but
-    MQTT only want to be woken; MQTT publishes one message per route (events())."""
+    """The routes one change of a peer's advertised set changed, in order: one event per
+    batch (the UPDATE reports read together, ~400 /32s each but one IPv6 /128; an
+    answer; a session going down), not one per route. A first sync of 30,000 routes was
+    30,000 events built and queued to every subscriber, and all but MQTT only want to
+    be woken; MQTT publishes one message per route (events())."""
 
     node: NodeName
     peer: PeerName
-    #: (prefix, attributes) announced, (prefix, None) withdrawn.
+    #: (prefix, attributes) advertised from now on, (prefix, None) no longer advertised.
     changes: tuple[tuple[IPNetwork, RouteAttributes | None], ...]
     at: float
 
@@ -804,5 +809,17 @@ class RouteEvents:
             yield RouteEvent(self.node, self.peer, prefix, change, attrs, self.at)
 
 
+@dataclass(frozen=True, slots=True)
+class RoutesAccepted:
+    """ExaBGP's answer changed what it holds for a peer (``accepted``: in its
+    adj-rib-out, also while the session is down), without saying which routes: a wake-up
+    for what shows the accepted count (the node's status object), one per answer. Not a
+    RouteEvents: nothing was advertised by it (that comes with ExaBGP's UPDATE report)."""
+
+    node: NodeName
+    peer: PeerName
+    at: float
+
+
 #: What the ExaBGP driver hands its subscribers (bgpd.exabgp.driver.subscribe).
-DriverEvent = RouteEvents | PeerEvent
+DriverEvent = RouteEvents | RoutesAccepted | PeerEvent

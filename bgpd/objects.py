@@ -6,7 +6,7 @@ functions at the edge, and `kube-bgpd explain` reads `kubectl get ... -o yaml|js
 output through them, so both see exactly the same conversion. Only the fields the
 decision and the allocator read are kept; in particular a Node keeps no heartbeat
 fields (condition timestamps, resourceVersion), so two converted Nodes compare equal
-when only a heartbeat changed and the watcher can drop that event (style.md section 4).
+when only a heartbeat changed and the watcher can drop that event.
 
 Pure: no I/O, no logging, no client library. Malformed objects raise ObjectError
 (a ValueError) naming the field; parse_cluster_dump wraps that in DumpError naming
@@ -380,7 +380,7 @@ def _parts(text: str) -> Iterator[Part]:
     """The dump's documents, the items of each list streamed one at a time (see
     bgpd.untrusted: the whole document tree is never built). JSON with the json module
     when the text looks like JSON (about 100 times faster than a YAML parser on a
-    10,000-Service dump, k8s-notes.md), else YAML with libyaml's events when available.
+    10,000-Service dump), else YAML with libyaml's events when available.
     Several YAML documents (`---`) are allowed, so dumps of several `kubectl get` runs can
     be concatenated."""
     try:

@@ -5,10 +5,9 @@ a kubeconfig, exec and OIDC plugins through the official client's loaders in a
 short-lived child process); this process never imports `kubernetes`, whose package
 loads the whole generated client (about 21 MiB per speaker). Requests send and receive
 plain JSON dicts, because (a) the informers convert API objects into bgpd.model at this
-boundary and generated models would be built only to be thrown away (measured in
-k8s-notes.md: most of the per-event CPU of the stock Watch helper is model
-deserialisation), and (b) a raw response gives us the status code and Retry-After header
-to classify errors ourselves.
+boundary and generated models would be built only to be thrown away (measured: most of
+the per-event CPU of the stock Watch helper is model deserialisation), and (b) a raw
+response gives us the status code and Retry-After header to classify errors ourselves.
 
 Credentials are looked up like kubectl and client-go: an explicit --kubeconfig, then
 $KUBECONFIG (a colon-separated list), then ~/.kube/config, then the in-cluster service

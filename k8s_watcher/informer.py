@@ -3,7 +3,7 @@
 Why not the client's own helpers: `kubernetes.aio.watch.Watch` retries a 410 once with the
 same stale resourceVersion and then raises, and builds a generated model for every event;
 `kubernetes.informer.SharedInformer` is thread-based, cannot ask for bookmarks and fires
-MODIFIED for every object after a re-list (k8s-notes.md). What we need is small:
+MODIFIED for every object after a re-list. What we need is small:
 
 * LIST (paged) -> remember the list's resourceVersion -> WATCH from it with
   allowWatchBookmarks and timeoutSeconds, the client's total timeout a little longer so a

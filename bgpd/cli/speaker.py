@@ -280,9 +280,13 @@ def _preflight(args: argparse.Namespace) -> tuple[str | None, DumpRead | None]:
     if args.cluster_file:
         from bgpd.clusterfile import read_dump
         from bgpd.objects import DumpError
+        from bgpd.speaker import heap
 
         try:
-            return None, read_dump(Path(args.cluster_file))
+            # Everything the dump holds lives on, without reference cycles: the full
+            # collections its parsing would trigger find nothing (heap.collection_paused).
+            with heap.collection_paused():
+                return None, read_dump(Path(args.cluster_file))
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             return f"cannot read cluster file {args.cluster_file}: {reason}", None

@@ -27,6 +27,9 @@ Inputs:
 * ``on_ack(done, at)``: ExaBGP's ``done`` / ``error`` answer to the oldest command in
   flight; ``on_event(doc, at)``: one of ExaBGP's JSON messages (session states, and the
   UPDATEs it sent: bgpd.exabgp.sent);
+* ``flush_events()``: hand out what the UPDATE reports read so far changed in the
+  advertised routes (one RouteEvents per peer; the transport calls it once it has read
+  the lines at hand, and any other event flushes them first, keeping the order);
 * ``next_commands(now)``: the commands to write now (recorded as in flight from ``now``);
   ``ack_timed_out(now)``: True once when the oldest command waited past ``ack_timeout``.
 
@@ -82,6 +85,7 @@ from bgpd.model import (
     PeerStatus,
     RouteAttributes,
     RouteEvents,
+    RoutesAccepted,
     SessionState,
 )
 
@@ -227,6 +231,10 @@ class DriverCore:
         #: session since it came up, not withdrawn since (ExaBGP's reports: on_event);
         #: emptied when the session goes down or ExaBGP restarts.
         self._advertised = AdvertisedRoutes()
+        #: Per peer, what UPDATE reports changed in its advertised set since the last
+        #: flush_events(), in order; the time of the last of them.
+        self._reported: dict[PeerName, list[tuple[IPNetwork, RouteAttributes | None]]] = {}
+        self._reported_at = 0.0
         self._queue: collections.deque[Command] = collections.deque()
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._sessions: dict[PeerName, _Session] = {}
@@ -313,11 +321,17 @@ class DriverCore:
         # It reads the configuration file as it is now: no reload is owed.
         self._reload_due, self._reload_sent, self._settle_due = None, None, False
         self._uncertain = {}
-        self._accepted = {}
         self._sent = {}
         # A new ExaBGP has no session to tear down.
         self._teardown_due.clear()
-        self._advertised = AdvertisedRoutes()
+        # Nothing is advertised by a new ExaBGP: the subscribers are told (the route
+        # topics cleared), as for every other end of an advertisement.
+        for peer in sorted(self._advertised.peers()):
+            self._advertise(peer, self._advertised.drop(peer), at)
+        held = sorted(p for p, r in self._accepted.items() if r)
+        self._accepted = {}
+        for peer in held:
+            self._emit(RoutesAccepted(self.node, peer, at))
         self._queue.clear()
         self._in_flight.clear()
         self._eor_due.clear()
@@ -395,24 +409,68 @@ class DriverCore:
     def _accepted_changes(self, cmd: Command, at: float) -> None:
         """ExaBGP answered ``done`` to this route command: its changes are accepted, in
         one pass per answer (a first sync of 30,000 routes is 300 answers; per route
-        work here is the speaker's share of the time to the last route at the peer),
-        and the subscribers get one RouteEvents of the routes it changed."""
+        work here is the speaker's share of the time to the last route at the peer).
+        The subscribers get one RoutesAccepted if it changed what ExaBGP holds, and one
+        RouteEvents of what it changed in the advertised set (a route whose prefix is on
+        the wire: a withdraw, or new attributes for an advertised prefix)."""
         peer, changes = cmd.peer, cmd.changes
         assert peer is not None
         if peer in self._uncertain:
             self._uncertain[peer].difference_update(p for p, _ in changes)
         acked = self._accepted.setdefault(peer, {})
-        self._advertised.accept_all(peer, changes)
-        routed: list[tuple[IPNetwork, RouteAttributes | None]] = []
+        self._advertise(peer, self._advertised.accept_all(peer, changes), at)
+        held = False
         for prefix, attrs in changes:
             if attrs is not None:
                 acked[prefix] = attrs
-                routed.append((prefix, attrs))
+                held = True
             elif acked.pop(prefix, None) is not None:
                 # A withdraw changes only the prefixes ExaBGP held.
-                routed.append((prefix, None))
-        if routed:
-            self.emit(RouteEvents(self.node, peer, tuple(routed), at))
+                held = True
+        if held:
+            self._emit(RoutesAccepted(self.node, peer, at))
+
+    def _advertise(
+        self,
+        peer: PeerName,
+        changes: Sequence[tuple[IPNetwork, RouteAttributes | None]],
+        at: float,
+        *,
+        reported: bool = False,
+    ) -> None:
+        """The one place route events come from: what a rule of AdvertisedRoutes
+        (accept_all, sent, down, forget, drop) changed in the peer's advertised set, as
+        one RouteEvents (none if nothing changed). So MQTT's route topics say what
+        ``advertised()`` and the metric say, change by change. The changes of UPDATE
+        reports (``reported``) are held and go out together (flush_events())."""
+        if not changes:
+            return
+        if reported:
+            self._reported.setdefault(peer, []).extend(changes)
+            self._reported_at = at
+            return
+        self._emit(RouteEvents(self.node, peer, tuple(changes), at))
+
+    def _emit(self, event: DriverEvent) -> None:
+        """Every event goes out here, after the UPDATE reports' changes held so far
+        (flush_events()): the subscribers see the changes in the order they happened."""
+        if self._reported:
+            self.flush_events()
+        self.emit(event)
+
+    @property
+    def events_held(self) -> bool:
+        """Changes from UPDATE reports wait for flush_events()."""
+        return bool(self._reported)
+
+    def flush_events(self) -> None:
+        """Hand out the advertised changes of the UPDATE reports read since the last
+        flush, one RouteEvents per peer. The transport calls it once it has read the
+        lines at hand: ExaBGP sends each IPv6 /128 in an UPDATE of its own (one report
+        line each), so one event per report would be one per route."""
+        reported, self._reported = self._reported, {}
+        for peer, changes in reported.items():
+            self.emit(RouteEvents(self.node, peer, tuple(changes), self._reported_at))
 
     def _reloaded(self, done: bool, at: float) -> None:
         """ExaBGP answered ``reload`` (nothing else was in flight: it goes alone) and
@@ -438,7 +496,7 @@ class DriverCore:
         ):
             if peer not in self._neighbors:
                 self._uncertain.pop(peer, None)
-                self._advertised.drop(peer)
+                self._advertise(peer, self._advertised.drop(peer), at)
                 self._forget(peer, at)
             elif peer in maybe:
                 held = self._forget(peer, at)
@@ -453,9 +511,9 @@ class DriverCore:
         session closed, or is a new one): returns the prefixes it had accepted."""
         self._sent.pop(peer, None)
         held = list(self._accepted.pop(peer, {}))
-        self._advertised.forget(peer)
+        self._advertise(peer, self._advertised.forget(peer), at)
         if held:
-            self.emit(RouteEvents(self.node, peer, tuple((p, None) for p in held), at))
+            self._emit(RoutesAccepted(self.node, peer, at))
         return held
 
     def _sent_with_uncertain(self) -> None:
@@ -481,7 +539,7 @@ class DriverCore:
         UPDATEs ExaBGP reports it sent (what is advertised)."""
         kind = doc.get("type")
         if kind == "update":
-            self._on_sent(doc)
+            self._on_sent(doc, at)
             return
         if kind != "state":
             return
@@ -497,7 +555,7 @@ class DriverCore:
         if state is SessionState.UP and self._neighbors[name].graceful_restart:
             self._eor_due.add(name)
 
-    def _on_sent(self, doc: Mapping[str, Any]) -> None:
+    def _on_sent(self, doc: Mapping[str, Any], at: float) -> None:
         """An UPDATE ExaBGP reports it wrote to a router (bgpd.exabgp.sent): its
         prefixes are on the wire, or withdrawn from it. Only an established session
         sends UPDATEs, and its going down empties the set (_set_state)."""
@@ -507,7 +565,8 @@ class DriverCore:
         name = self._peer_of(doc)
         if name is None:
             return
-        self._advertised.sent(name, update.announced, update.withdrawn)
+        changes = self._advertised.sent(name, update.announced, update.withdrawn)
+        self._advertise(name, changes, at, reported=True)
 
     def _peer_of(self, doc: Mapping[str, Any]) -> PeerName | None:
         neighbor = doc.get("neighbor")
@@ -532,7 +591,7 @@ class DriverCore:
             # Not established: the router dropped what it was sent (RFC 4271 9.2: a
             # closed session's routes are removed; graceful restart keeps them stale
             # only until End-of-RIB). ExaBGP re-sends them after re-establishment.
-            self._advertised.down(name)
+            self._advertise(name, self._advertised.down(name), at)
         if reason or state is not SessionState.UP:
             s.reason = reason
         limiter = self._log_limiter
@@ -572,7 +631,7 @@ class DriverCore:
                     hold_down=round(verdict.hold_down, 1),
                     hint=f"session to {name} flapping: {FLAP_HINT}",
                 )
-        self.emit(
+        self._emit(
             PeerEvent(
                 self.node,
                 name,

@@ -40,8 +40,9 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   advertised counts), ``driver.accepted() -> DesiredRoutes`` (ExaBGP answered ``done``),
   ``driver.advertised() -> DesiredRoutes`` (sent to the router on its established
   session: DriverCore.advertised()), ``driver.subscribe(maxsize) ->
-  asyncio.Queue[DriverEvent]`` (session changes, and one RouteEvents per answered
-  command: the routes it changed; a full queue drops its oldest event and counts it in
+  asyncio.Queue[DriverEvent]`` (session changes; one RouteEvents per change of a
+  peer's advertised routes, with the routes it changed; one RoutesAccepted per answer
+  that changed what ExaBGP holds; a full queue drops its oldest event and counts it in
   ``stats.events_dropped``: a slow subscriber never blocks BGP),
   ``driver.unsubscribe(queue)``.
 * ``driver.stats``: ``commands_sent`` (Counter by CommandKind value), ``command_errors``,
@@ -136,6 +137,8 @@ class ExaBGPDriver:
         self._wake = asyncio.Event()
         self._converged = asyncio.Event()
         self._subscribers: list[asyncio.Queue[DriverEvent]] = []
+        #: A call of core.flush_events() is scheduled (see _on_line).
+        self._flush_due = False
 
     @property
     def stats(self) -> DriverStats:
@@ -345,6 +348,15 @@ class ExaBGPDriver:
             if isinstance(doc, dict):
                 self.core.on_event(doc, time.time())
                 self._wake.set()
+                if self.core.events_held and not self._flush_due:
+                    # After the lines already read (readline returns them without
+                    # yielding): the reports of one read make one RouteEvents per peer.
+                    self._flush_due = True
+                    asyncio.get_running_loop().call_soon(self._flush_events)
+
+    def _flush_events(self) -> None:
+        self._flush_due = False
+        self.core.flush_events()
 
     # ------------------------------------------------------------------ sender
 

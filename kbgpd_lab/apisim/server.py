@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import bisect
 import contextlib
 import json
 import logging
@@ -672,16 +673,20 @@ class ApiSimulator:
             else:
                 list_rv = self.store.resource_version
                 records = self.store.records(t.rd)
-        keys = sorted(records)
+        # At the current resourceVersion the store's kept order serves every page;
+        # an older snapshot (a page after a write) is sorted for itself.
+        at_current = list_rv >= self.store.resource_version
+        keys = self.store.sorted_keys(t.rd) if at_current else sorted(records)
+        first = 0 if start_after is None else bisect.bisect_right(keys, start_after)
         if t.namespace is not None:
-            keys = [k for k in keys if k[0] == t.namespace]
-        if start_after is not None:
-            keys = [k for k in keys if k > start_after]
+            keys = [k for k in keys[first:] if k[0] == t.namespace]
+            first = 0
         selected: list[Record] = []
         next_key: Key | None = None
         last_key: Key | None = None
         remaining: int | None = None
-        for i, key in enumerate(keys):
+        for i in range(first, len(keys)):
+            key = keys[i]
             record = records[key]
             if not _selected(record.obj, labels, fields):
                 continue

@@ -173,6 +173,8 @@ class Store:
         self._history: list[WatchEvent] = []
         self._history_size = history_size
         self._objects: dict[str, dict[Key, Record]] = {r.key: {} for r in self.table.resources}
+        #: Each kind's keys in order, kept until a key is added or removed (sorted_keys).
+        self._sorted_keys: dict[str, list[Key]] = {}
         self._subscribers: list[Subscriber] = []
         #: The garbage collector's graph: owner uid -> its dependents (_collect_garbage).
         self._dependents: dict[str, set[tuple[str, Key]]] = {}
@@ -223,6 +225,16 @@ class Store:
     def records(self, rd: ResourceDef) -> dict[Key, Record]:
         """The live records of one kind (read-only view for the server)."""
         return self._objects.setdefault(rd.key, {})
+
+    def sorted_keys(self, rd: ResourceDef) -> list[Key]:
+        """The live records' keys of one kind in order (read-only: the server pages
+        through it). Kept until an object of the kind is created or deleted, as the
+        apiserver's watch cache keeps its index, so a paged LIST of N objects does not
+        sort N keys for every page."""
+        keys = self._sorted_keys.get(rd.key)
+        if keys is None:
+            keys = self._sorted_keys[rd.key] = sorted(self.records(rd))
+        return keys
 
     def history_after(self, resource_version: int) -> Iterator[WatchEvent]:
         """Events with a resourceVersion above `resource_version`; 410 if compacted."""
@@ -673,6 +685,7 @@ class Store:
                     self._commit(rd, obj_key, None, record)
         self.table.unregister(key)
         self._objects.pop(key, None)
+        self._sorted_keys.pop(key, None)
 
     def _delete_namespace_contents(self, namespace: str) -> None:
         # The namespace controller's job, done at once: nothing lives in a deleted namespace.
@@ -782,6 +795,8 @@ class Store:
             record.obj["metadata"]["resourceVersion"] = "" if old is None else str(old.rv)
             return record
         self._rv = rv
+        if kind != "MODIFIED":
+            self._sorted_keys.pop(rd.key, None)
         if kind == "DELETED":
             del self._objects[rd.key][key]
         else:

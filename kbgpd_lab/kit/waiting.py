@@ -7,6 +7,9 @@ keep it), and fail with an AssertionError that names what was awaited and for ho
 ``give_up`` ends the wait early when it returns a reason (a process that exited cannot
 still become healthy); ``details`` adds text to the failure (a log tail).
 
+``recv_lines`` reads a socket until a number of lines has arrived (each recv bounded), for
+tests that speak a line protocol (ExaBGP's helper and relay).
+
 What it must not do: sleep for a fixed time as synchronisation; hide a timeout.
 """
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypedDict, TypeVar, Unpack
@@ -87,3 +91,15 @@ async def wait_until_async(
             return value
         deadline.check()
         await asyncio.sleep(deadline.poll)
+
+
+def recv_lines(conn: socket.socket, count: int, *, within: float = 10.0) -> list[bytes]:
+    """Read ``conn`` until ``count`` lines have arrived; each recv waits at most
+    ``within`` seconds, and a peer that closes first fails with what had arrived."""
+    conn.settimeout(within)
+    buf = b""
+    while buf.count(b"\n") < count:
+        chunk = conn.recv(65536)
+        assert chunk, f"closed after {buf!r}"
+        buf += chunk
+    return buf.splitlines()

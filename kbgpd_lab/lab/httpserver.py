@@ -3,7 +3,7 @@
 Role: the lab's "pod": one runs in each node namespace, bound to the wildcard addresses
 so it answers on every service IP the lab puts on the node's ``lo``. The client counts
 answers per node to show how the router's ECMP spreads connections. ``python -m
-http.server`` does not fit (HTTP/1.0, listen backlog 5: lab-notes), so this is a few
+http.server`` does not fit (HTTP/1.0, listen backlog 5), so this is a few
 lines of asyncio: keep-alive by default, ``Connection: close`` honoured, a large backlog.
 
 Run: ``python -m kbgpd_lab.lab.httpserver --name node1 [--port 80] [--address 0.0.0.0 ...]``;

@@ -13,7 +13,7 @@ Public interface (other modules and tests code against these names):
   ``ip(*args)``; ``popen(argv, **kw)``; ``exec_prefix()``; ``track(pid)``; ``adopt(pid)``;
   ``stop(pid)``; ``wait_child(pid, timeout)``; ``pids``; ``kill_all()``.
 * ``create_netns(name)`` / ``delete_netns(name)`` / ``netns_exists(name)``.
-* ``process_alive(pid)`` - true unless the PID is gone or a zombie (lab-notes: a daemon
+* ``process_alive(pid)`` - true unless the PID is gone or a zombie (measured: a daemon
   orphaned in a netns can sit as a zombie for ~2 s, so ``kill -0`` is not an answer).
 * ``stop_pid(pid, timeout)`` - SIGTERM, then SIGKILL after ``timeout``.
 

@@ -35,7 +35,7 @@ Public interface::
     FibWatch(router, {prefix: expected_nexthops}): ``with`` it to sample the FIB back to
     back; ``samples`` and ``deviations`` (time, prefix, next hops seen) afterwards
 
-Facts used (shared/docs/lab-notes.md, measured here): FRR daemons run by hand in the netns
+Facts used (measured on this lab's Debian packages): FRR daemons run by hand in the netns
 with their own paths and ``chown frr``; eBGP needs ``no bgp ebgp-requires-policy``,
 ``maximum-paths 8`` and ``bgp bestpath as-path multipath-relax``; FRR needs ~60 ms to
 program the FIB, BIRD ~3 ms (hence the short poll interval); GoBGP cannot program the

@@ -16,7 +16,7 @@ routing table per node that keep each client connection on the node it started o
 
 Nodes number from 1: ``nodes[0]`` is node1 and ``node_address(1)`` is 172.31.250.11.
 Multipath hash policy 1 (L4) because policy 0 hashes on addresses only and one client
-would land on one node (lab-notes). IPv6 addresses are added ``nodad`` so they are usable
+would land on one node (measured). IPv6 addresses are added ``nodad`` so they are usable
 at once instead of after ~1 s of duplicate address detection.
 
 Public interface: ``Topology.create(prefix=None, nodes=3, ipv6=True, client=True,
@@ -79,7 +79,7 @@ def pin_ruleset(nodes: Sequence[tuple[int, Sequence[IPAddress]]]) -> str:
 
     Why: Linux multipath routing is hash-threshold and neither FRR 8.4 nor BIRD 2 programs
     resilient nexthop groups, so whenever a next hop leaves or joins the ECMP set, part of
-    the connections *already open* hash to another node, which resets them (lab-notes).
+    the connections *already open* hash to another node, which resets them (measured).
     A stateful router avoids that: the first packet of a connection is routed by the FIB
     (ECMP, as the speakers' routes say), postrouting records the next hop it took in the
     connection's conntrack mark, and every later packet of the connection carries that

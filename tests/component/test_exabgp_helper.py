@@ -16,6 +16,7 @@ import pytest
 
 from bgpd.exabgp.helper import GENERATION_ENV, SOCKET_ENV
 from bgpd.exabgp.runtime import helper_argv
+from kbgpd_lab.kit.waiting import recv_lines
 
 pytestmark = [pytest.mark.component]
 
@@ -39,14 +40,8 @@ def helper(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
             pipe.close()
 
 
-def lines(conn: socket.socket, count: int, timeout: float = 10) -> list[str]:
-    conn.settimeout(timeout)
-    buf = b""
-    while buf.count(b"\n") < count:
-        chunk = conn.recv(65536)
-        assert chunk, f"closed after {buf!r}"
-        buf += chunk
-    return buf.decode().splitlines()
+def lines(conn: socket.socket, count: int) -> list[str]:
+    return [line.decode() for line in recv_lines(conn, count)]
 
 
 def test_drains_while_away_then_delivers_with_hello(

@@ -61,7 +61,7 @@ class Broker:
         conf = self.workdir / "mosquitto.conf"
         lines = [f"listener {self.port} 127.0.0.1", "allow_anonymous true", "persistence false"]
         if os.geteuid() == 0:
-            lines.append("user root")  # lab-notes: needed when started as root
+            lines.append("user root")  # as root, mosquitto otherwise switches to the user mosquitto
         conf.write_text("\n".join(lines) + "\n")
         with (self.workdir / "mosquitto.log").open("ab") as log:
             self.proc = subprocess.Popen(

@@ -87,7 +87,7 @@ def unexplained_failures(result: Result, changes: list[tuple[float, float]]) -> 
 
     Linux multipath routing is hash-threshold: when a next hop leaves or joins, part of
     the flows *already open* hash to another node, which answers their next segment with
-    a reset (lab-notes; FRR 8.4 and BIRD 2 program no resilient nexthop groups). That
+    a reset (measured; FRR 8.4 and BIRD 2 program no resilient nexthop groups). That
     can hit connections in flight at the instant of a change, whatever the speaker does.
     Everything else counts: a refused or timed-out request, or a reset outside a change
     window, means traffic went to a node that could not serve it.

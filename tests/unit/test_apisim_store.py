@@ -45,6 +45,22 @@ def test_snapshot_at_undoes_later_writes() -> None:
     assert "labels" not in past[("default", "b")].obj["metadata"]
 
 
+def test_sorted_keys_follow_creates_and_deletes_and_survive_updates() -> None:
+    store = Store()
+    rd = store.resolve("services")
+    for name in ("b", "a"):
+        store.create(svc(name))
+    keys = store.sorted_keys(rd)
+    assert keys == [("default", "a"), ("default", "b")]
+    store.patch("services", "b", {"metadata": {"labels": {"x": "1"}}}, namespace="default")
+    assert store.sorted_keys(rd) is keys  # an update keeps the set of keys: kept
+    store.create(svc("c"))
+    assert store.sorted_keys(rd) == [("default", "a"), ("default", "b"), ("default", "c")]
+    store.delete("services", "a", "default")
+    assert store.sorted_keys(rd) == [("default", "b"), ("default", "c")]
+    assert store.sorted_keys(rd) == sorted(store.records(rd))
+
+
 def test_subscribers_see_every_commit_synchronously() -> None:
     store = Store()
     seen: list[WatchEvent] = []

@@ -264,3 +264,28 @@ def test_config_field_parses() -> None:
     result = parse(pool_doc(), peer_doc(), adv_doc())
     assert result.config is not None
     assert result.config.advertisements[0].link_bandwidth_per_endpoint is None
+
+
+def test_endpoints_are_counted_twice_only_when_an_advertisement_asks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether a Local Service serves on this node counts its endpoints once; counting
+    them again for a link bandwidth happens only for an advertisement that asks for one
+    (a first decision at 10,000 Services counted 10,000 times for nothing)."""
+    import bgpd.bandwidth
+    import bgpd.decision
+
+    calls: list[str] = []
+
+    def counting(slices: object, node: str) -> int:
+        calls.append(node)
+        return bgpd.bandwidth.serving_endpoints(slices, node)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(bgpd.decision, "serving_endpoints", counting)
+    snapshot = cluster([svc(S, "198.51.100.1", local=True)], [eps(S, *on("n1", "n1"))], [N1])
+    plain = config(pools=[V4], peers=[TOR], advertisements=[adv()])
+    assert bandwidths(plain, snapshot) == {ONE: None}
+    assert len(calls) == 1
+    calls.clear()
+    assert bandwidths(WEIGHTED, snapshot) == {ONE: 2 * UNIT}
+    assert len(calls) == 2

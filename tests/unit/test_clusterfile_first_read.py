@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,26 @@ async def test_a_dump_replaced_after_the_start_read_is_read_again(tmp_path: Path
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def test_the_start_parses_the_dump_without_automatic_collection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its objects all live on: the full collections their parsing triggered found
+    nothing (0.1-0.2 s of CPU at 10,000 Services)."""
+    collecting: list[bool] = []
+    real = objects.parse_dump
+
+    def watching(text: str) -> objects.ClusterDump:
+        collecting.append(gc.isenabled())
+        return real(text)
+
+    monkeypatch.setattr("bgpd.clusterfile.parse_dump", watching)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(dump("10.99.100.5"))
+    assert _preflight(args(path))[0] is None
+    assert collecting == [False]
+    assert gc.isenabled()
+    path.write_text("kind: List\nitems: [\n")
+    assert _preflight(args(path))[0] is not None
+    assert gc.isenabled()

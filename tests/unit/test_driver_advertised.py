@@ -3,13 +3,15 @@ reports it wrote (bgpd.exabgp.sent), beside ``accepted`` (ExaBGP answered ``done
 ``desired``; tables of ExaBGP's report lines, a scenario of a session's life, and a
 Hypothesis state machine with a simulated ExaBGP that writes UPDATEs to its established
 sessions: advertised is always within accepted, empty for a session that is down, and
-equal to accepted once a re-established session was sent everything again."""
+equal to accepted once a re-established session was sent everything again; the route
+events (MQTT's route topics) replayed give advertised() after every step, each one a
+change."""
 
 from __future__ import annotations
 
 import ipaddress
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -30,18 +32,28 @@ from test_driver_core import (
     state_doc,
 )
 
+from bgpd.exabgp.core import DriverCore
 from bgpd.exabgp.driver import repair_event
 from bgpd.exabgp.plan import Command, CommandKind
 from bgpd.exabgp.sent import SentUpdate, sent_update
 from bgpd.model import (
     DriverEvent,
     IPNetwork,
+    MQTTConfig,
+    NodeName,
     PeerEvent,
     PeerName,
     RouteAttributes,
+    RouteChange,
+    RouteEvent,
     RouteEvents,
+    RoutesAccepted,
     SessionState,
 )
+from bgpd.mqtt import MQTTPublisher, event_payload, route_topic
+
+#: The node of test_driver_core.core().
+NODE = NodeName("n1")
 
 
 def update_doc(
@@ -271,6 +283,158 @@ def test_an_update_for_an_unknown_session_is_ignored() -> None:
     assert c.advertised() == {}
 
 
+def test_route_events_come_per_batch_not_per_route() -> None:
+    """The subscribers get one RouteEvents per batch of changes of a peer's advertised
+    set (the UPDATE reports read together: an IPv6 /128 is an UPDATE of its own; an
+    answer; a session down), holding its routes in order: a first sync of 30,000 routes
+    was 30,000 events to each. ExaBGP's answers alone advertise nothing (one
+    RoutesAccepted each): the UPDATE reports do."""
+    events: list[DriverEvent] = []
+    c = core(window=4, batch=100, events=events)
+    prefixes = [net(f"10.1.{i // 256}.{i % 256}/32") for i in range(250)]
+    c.apply({GR: dict.fromkeys(prefixes, PLAIN)})
+    c.on_event(state_doc(GR, SessionState.UP), 1.0)
+    answer_all(c)
+    assert [type(e) for e in events] == [PeerEvent] + [RoutesAccepted] * 3
+    events.clear()
+    c.on_event(update_doc(GR, prefixes[:200]), 2.0)
+    c.on_event(update_doc(GR, prefixes[200:]), 2.0)
+    assert events == []
+    assert c.events_held
+    c.flush_events()
+    assert not c.events_held
+    batches = [e for e in events if isinstance(e, RouteEvents)]
+    assert [len(e.changes) for e in batches] == [250]
+    routes = [r for e in batches for r in e.events()]
+    assert [r.prefix for r in routes] == prefixes
+    assert {(r.peer, r.change, r.attributes, r.at) for r in routes} == {
+        (GR, RouteChange.ANNOUNCED, PLAIN, 2.0)
+    }
+    # Reported again (ExaBGP re-sends after a route refresh): nothing changed.
+    events.clear()
+    c.on_event(update_doc(GR, prefixes), 2.5)
+    c.flush_events()
+    assert events == []
+    # An accepted withdraw ends the advertisement at once (as the metric counts it):
+    # one batch per answer; its UPDATE report then changes nothing.
+    c.apply({GR: dict.fromkeys(prefixes[:10], PLAIN)})
+    answer_all(c, now=3.0)
+    batches = [e for e in events if isinstance(e, RouteEvents)]
+    assert [len(e.changes) for e in batches] == [100, 100, 40]
+    assert [ch for e in batches for ch in e.changes] == [(p, None) for p in sorted(prefixes[10:])]
+    events.clear()
+    c.on_event(update_doc(GR, withdrawn=prefixes[10:]), 3.5)
+    c.flush_events()
+    assert events == []
+    # The session goes down: the router dropped the rest (RFC 4271), in one batch.
+    c.on_event(state_doc(GR, SessionState.DOWN), 4.0)
+    (gone,) = [e for e in events if isinstance(e, RouteEvents)]
+    assert gone.changes == tuple((p, None) for p in prefixes[:10])
+
+
+def test_held_report_changes_go_out_before_any_other_event() -> None:
+    """An event after UPDATE reports not flushed yet (a session down read in the same
+    chunk) hands the reports' changes out first: replayed in order, the events still
+    give advertised()."""
+    events: list[DriverEvent] = []
+    c = core(events=events)
+    routes = {GR: {net("10.0.0.1/32"): PLAIN}, IBGP: {net("10.0.0.2/32"): PLAIN}}
+    c.apply(routes)
+    answer_all(c)
+    events.clear()
+    for peer in (GR, IBGP):
+        c.on_event(state_doc(peer, SessionState.UP), 1.0)
+        c.on_event(update_doc(peer, list(routes[peer])), 1.0)
+    c.on_event(state_doc(GR, SessionState.DOWN), 2.0)
+    got = [
+        (type(e).__name__, e.peer, [a is not None for _, a in getattr(e, "changes", ())])
+        for e in events
+    ]
+    assert got == [
+        ("PeerEvent", GR, []),
+        ("RouteEvents", GR, [True]),  # held until the next event
+        ("PeerEvent", IBGP, []),
+        ("RouteEvents", IBGP, [True]),
+        ("RouteEvents", GR, [False]),
+        ("PeerEvent", GR, []),
+    ]
+    assert c.advertised() == {IBGP: routes[IBGP]}
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [
+        pytest.param(
+            lambda c: c.on_event(state_doc(GR, SessionState.DOWN), 5.0),
+            [(GR, "10.0.0.1/32", None), (GR, "10.0.0.2/32", None)],
+            id="session-down",
+        ),
+        pytest.param(
+            lambda c: c.on_event(state_doc(GR, SessionState.CONNECTED), 5.0),
+            [(GR, "10.0.0.1/32", None), (GR, "10.0.0.2/32", None)],
+            id="session-not-established",
+        ),
+        pytest.param(
+            lambda c: c.on_event(update_doc(GR, withdrawn=[net("10.0.0.2/32")]), 5.0),
+            [(GR, "10.0.0.2/32", None)],
+            id="withdrawn-on-the-wire",
+        ),
+        pytest.param(
+            lambda c: (c.apply({GR: {net("10.0.0.1/32"): TAGGED}}), answer_all(c, now=5.0)),
+            [(GR, "10.0.0.1/32", TAGGED), (GR, "10.0.0.2/32", None)],
+            id="new-attributes-and-a-withdraw-accepted",
+        ),
+        pytest.param(
+            lambda c: (c.reset(5.0), c.connect()),
+            [(GR, "10.0.0.1/32", None), (GR, "10.0.0.2/32", None)],
+            id="exabgp-restarted",
+        ),
+        pytest.param(
+            lambda c: (c.reload([n for n in NEIGHBORS if n.name != GR], {GR}), answer_all(c)),
+            [(GR, "10.0.0.1/32", None), (GR, "10.0.0.2/32", None)],
+            id="peer-removed",
+        ),
+        pytest.param(
+            lambda c: (c.reload(NEIGHBORS, {GR}), c.next_commands(5.0), c.on_ack(True, 5.0)),
+            [(GR, "10.0.0.1/32", None), (GR, "10.0.0.2/32", None)],
+            id="routes-forgotten-by-a-reload",
+        ),
+        pytest.param(
+            lambda c: c.on_event(state_doc(IBGP, SessionState.DOWN), 5.0),
+            [],
+            id="another-peer-down",
+        ),
+    ],
+)
+def test_what_ends_or_changes_an_advertisement(
+    after: Callable[[DriverCore], object],
+    expected: list[tuple[PeerName, str, RouteAttributes | None]],
+) -> None:
+    """Each way a route stops being advertised (or changes attributes) is a route event,
+    as it is a change of advertised() and of the metric."""
+    events: list[DriverEvent] = []
+    c = core(events=events)
+    routes = {GR: {net("10.0.0.1/32"): PLAIN, net("10.0.0.2/32"): PLAIN}}
+    c.apply(routes)
+    answer_all(c)
+    c.on_event(state_doc(GR, SessionState.UP), 1.0)
+    c.on_event(update_doc(GR, list(routes[GR])), 1.0)
+    c.flush_events()
+    assert c.advertised() == routes
+    events.clear()
+    after(c)
+    c.flush_events()
+    got = [(e.peer, str(p), a) for e in events if isinstance(e, RouteEvents) for p, a in e.changes]
+    assert got == expected
+    # Replayed on what was advertised, they give what is advertised now.
+    for peer, text, a in got:
+        if a is None:
+            del routes[peer][net(text)]
+        else:
+            routes[peer][net(text)] = a
+    assert c.advertised() == {p: r for p, r in routes.items() if r}
+
+
 # ---------------------------------------------------------------------- interleavings
 
 PREFIXES = [net(f"10.0.0.{i}/32") for i in range(1, 5)] + [
@@ -296,6 +460,8 @@ class Wire(RuleBasedStateMachine):
         self.core = core(window=3, batch=2, events=self.events)
         #: What a subscriber knows from the route events: rebuilt from self.events.
         self.heard: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
+        #: MQTT's publisher fed the same events (no broker: its retained state).
+        self.mqtt = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
         self.now = 0.0
         self.rib: dict[PeerName, dict[IPNetwork, RouteAttributes]] = {}
         self.router: dict[PeerName, set[IPNetwork]] = {}
@@ -335,13 +501,17 @@ class Wire(RuleBasedStateMachine):
     @rule(data=st.data())
     def write_updates(self, data: st.DataObject) -> None:
         """ExaBGP's reactor writes (part of) what its adj-rib-out holds and the router
-        lacks, and withdraws what it no longer holds, in one UPDATE."""
+        lacks, and withdraws what it no longer holds, in one UPDATE; it may send again
+        what the router has (a route refresh)."""
         peer = data.draw(st.sampled_from(sorted(self.up)))
         have = self.router.setdefault(peer, set())
         rib = self.rib.get(peer, {})
         new = sorted(set(rib) - have, key=str)
         gone = sorted(have - set(rib), key=str)
+        again = sorted(have & set(rib), key=str)
         announced = data.draw(st.lists(st.sampled_from(new), unique=True)) if new else []
+        if again:
+            announced += data.draw(st.lists(st.sampled_from(again), unique=True))
         withdrawn = data.draw(st.lists(st.sampled_from(gone), unique=True)) if gone else []
         if not announced and not withdrawn:
             return
@@ -357,9 +527,6 @@ class Wire(RuleBasedStateMachine):
         self.outstanding.clear()
         self.core.reset(self.now)
         self.core.connect()
-        # A new ExaBGP holds nothing: its subscribers learn that from the session events.
-        self.events.clear()
-        self.heard.clear()
 
     @rule()
     def quiet(self) -> None:
@@ -395,19 +562,49 @@ class Wire(RuleBasedStateMachine):
 
     # -------------------------------------------------------------- always
 
-    @invariant()
-    def route_events_say_what_exabgp_accepted(self) -> None:
-        """Replayed in order, the route events (one per answer) give accepted()."""
+    def hear(self) -> None:
+        """Replay the events since the last check into ``heard`` and MQTT's publisher
+        (each invariant calls it first: Hypothesis runs them in no given order), after
+        the transport's flush of the UPDATE reports' changes."""
+        self.core.flush_events()
         for event in self.events:
             if isinstance(event, RouteEvents):
+                assert event.node == NODE
+                assert event.changes, "an empty batch"
                 heard = self.heard.setdefault(event.peer, {})
                 for route in event.events():
                     if route.attributes is None:
-                        heard.pop(route.prefix, None)
+                        assert heard.pop(route.prefix, None) is not None, route
                     else:
+                        assert heard.get(route.prefix) != route.attributes, route
                         heard[route.prefix] = route.attributes
+                    self.mqtt.publish(route)
         self.events.clear()
-        assert {p: r for p, r in self.heard.items() if r} == self.core.accepted()
+
+    @invariant()
+    def route_events_say_what_was_advertised(self) -> None:
+        """Replayed in order, the route events give advertised() (what the metric
+        counts), and every route in them is a change: a prefix newly advertised or with
+        other attributes, or one that was advertised and no longer is (hear())."""
+        self.hear()
+        assert {p: r for p, r in self.heard.items() if r} == self.core.advertised()
+
+    @invariant()
+    def mqtt_retains_exactly_the_advertised_routes(self) -> None:
+        """MQTT's retained route topics (one per prefix) are the prefixes advertised to
+        any peer, each holding the document of a peer that has it, with its attributes."""
+        self.hear()
+        advertised = self.core.advertised()
+        retained = {t: json.loads(b) for t, b in self.mqtt.retained().items() if "/routes/" in t}
+        assert set(retained) == {
+            route_topic("kube-bgpd", NODE, p) for routes in advertised.values() for p in routes
+        }
+        for doc in retained.values():
+            peer, prefix = PeerName(str(doc["peer"])), ipaddress.ip_network(str(doc["prefix"]))
+            attrs = advertised[peer][prefix]
+            at = float(doc["at"])  # type: ignore[arg-type]
+            expected = RouteEvent(NODE, peer, prefix, RouteChange.ANNOUNCED, attrs, at)
+            assert doc == event_payload(expected)
 
     @invariant()
     def advertised_within_accepted(self) -> None:

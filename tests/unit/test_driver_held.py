@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import ipaddress
 
+from test_driver_core import PLAIN, answer_all, net
+
 from bgpd.exabgp.core import DriverCore
 from bgpd.exabgp.plan import CommandKind
 from bgpd.exabgp.render import Neighbor
-from bgpd.model import BGPPeer, IPNetwork, NodeName, PeerName, RouteAttributes
+from bgpd.model import BGPPeer, NodeName, PeerName, RouteAttributes
 
 A, B = PeerName("a"), PeerName("b")
-PLAIN = RouteAttributes()
-
-
-def net(text: str) -> IPNetwork:
-    return ipaddress.ip_network(text)
 
 
 def neighbor(name: PeerName, peer: str, *, gr: bool = False) -> Neighbor:
@@ -40,14 +37,9 @@ def core() -> DriverCore:
     return c
 
 
-def answer_all(c: DriverCore, now: float = 0.0) -> list[str]:
+def sent_texts(c: DriverCore, now: float = 0.0) -> list[str]:
     """Send and acknowledge until nothing is left; every command text, in order."""
-    texts: list[str] = []
-    while cmds := c.next_commands(now):
-        for cmd in cmds:
-            texts.append(cmd.text)
-            c.on_ack(True, now)
-    return texts
+    return [cmd.text for cmd in answer_all(c, now=now)]
 
 
 DESIRED = {
@@ -60,7 +52,7 @@ def test_held_peer_gets_nothing_and_keeps_its_desired_routes() -> None:
     c = core()
     c.set_held({A})
     c.apply(DESIRED)
-    texts = answer_all(c)
+    texts = sent_texts(c)
     assert all("neighbor 192.0.2.1 " not in t for t in texts)
     assert c.accepted() == {B: DESIRED[B]}
     assert c.held_routes() == {A: 2}
@@ -70,14 +62,14 @@ def test_held_peer_gets_nothing_and_keeps_its_desired_routes() -> None:
 def test_release_announces_and_holding_again_withdraws() -> None:
     c = core()
     c.apply(DESIRED)
-    answer_all(c)
+    sent_texts(c)
     c.set_held({A})
-    texts = answer_all(c)
+    texts = sent_texts(c)
     assert texts
     assert all("withdraw" in t and "neighbor 192.0.2.1 " in t for t in texts)
     assert A not in c.accepted()
     c.set_held(set())
-    answer_all(c)
+    sent_texts(c)
     assert c.accepted() == DESIRED
     assert c.held_routes() == {}
 
@@ -96,7 +88,7 @@ def test_teardown_goes_before_queued_route_commands() -> None:
     assert cmd.text == "neighbor 192.0.2.1 local-ip 192.0.2.10 teardown 10"
     assert c.next_commands(0.0) == []  # alone until answered
     c.on_ack(True, 0.0)
-    rest = answer_all(c)
+    rest = sent_texts(c)
     assert rest
     assert all("teardown" not in t for t in rest)
 
@@ -107,7 +99,7 @@ def test_teardown_of_an_unknown_peer_or_after_a_restart_is_dropped() -> None:
     c.teardown(A, 10)
     c.reset(1.0)
     c.connect()
-    assert answer_all(c) == []
+    assert sent_texts(c) == []
 
 
 def test_unanswered_for() -> None:
@@ -134,9 +126,9 @@ def test_end_of_rib_waits_for_the_held_routes() -> None:
         },
         1.0,
     )
-    assert all("eor" not in t for t in answer_all(c))
+    assert all("eor" not in t for t in sent_texts(c))
     c.set_held(set())
-    texts = answer_all(c)
+    texts = sent_texts(c)
     assert [t.split(" announce ")[1].split(" ")[0] for t in texts] == ["attributes", "eor"]
     assert texts[-1] == "neighbor 192.0.2.1 local-ip 192.0.2.10 announce eor ipv4 unicast"
 
@@ -156,7 +148,7 @@ def test_a_session_the_speaker_tore_down_for_bfd_is_not_a_flap() -> None:
     for _ in range(3 * c.flap_policy.downs):
         c.on_event(state_doc("192.0.2.1", "up"), now)
         c.teardown(A, 10)
-        assert any("teardown" in t for t in answer_all(c, now))
+        assert any("teardown" in t for t in sent_texts(c, now))
         c.on_event(state_doc("192.0.2.1", "down"), now + 0.1)
         now += 1.0
     assert c.held_down(now) == set()
@@ -171,7 +163,7 @@ def test_a_session_the_speaker_tore_down_for_bfd_is_not_a_flap() -> None:
 def test_a_teardown_of_a_session_already_down_leaves_the_next_down_counted() -> None:
     c = core()
     c.teardown(A, 10)  # the session is down: ExaBGP has nothing to close
-    answer_all(c, 1000.0)
+    sent_texts(c, 1000.0)
     now = 1001.0
     for _ in range(c.flap_policy.downs):
         c.on_event(state_doc("192.0.2.1", "up"), now)

@@ -26,6 +26,7 @@ from exabgp.reactor.api.processes import Processes
 
 from bgpd.exabgp import bridge, helper, launch
 from bgpd.exabgp.runtime import helper_argv
+from kbgpd_lab.kit.waiting import recv_lines
 
 #: Bound for conditions that happen at once on an idle machine: only catches hangs.
 WITHIN = 30.0
@@ -45,16 +46,6 @@ def daemon(tmp_path: Path) -> Iterator[tuple[socket.socket, Path]]:
 
 def relay_env(path: Path, generation: int = 5) -> dict[str, str]:
     return {helper.SOCKET_ENV: str(path), helper.GENERATION_ENV: str(generation)}
-
-
-def read_lines(conn: socket.socket, count: int) -> list[bytes]:
-    conn.settimeout(WITHIN)
-    buf = b""
-    while buf.count(b"\n") < count:
-        chunk = conn.recv(65536)
-        assert chunk, f"closed after {buf!r}"
-        buf += chunk
-    return buf.splitlines()
 
 
 def read_fd(fd: int, want: bytes) -> bytes:
@@ -101,7 +92,7 @@ def test_relays_both_ways_and_says_exabgps_pid(
     assert relay.poll() is None
     conn, _ = daemon[0].accept()
     with conn:
-        hello = json.loads(read_lines(conn, 1)[0])
+        hello = json.loads(recv_lines(conn, 1, within=WITHIN)[0])
         assert hello == {
             "type": "kube-bgpd-helper",
             "pid": os.getpid(),
@@ -114,7 +105,7 @@ def test_relays_both_ways_and_says_exabgps_pid(
         assert read_fd(relay.stdout.fileno(), want) == want
         relay.stdin.write(b"done\n" + b'{"type": "state"}\n')
         relay.stdin.flush()
-        assert read_lines(conn, 2) == [b"done", b'{"type": "state"}']
+        assert recv_lines(conn, 2, within=WITHIN) == [b"done", b'{"type": "state"}']
 
 
 def test_terminate_ends_the_thread_and_both_sides_see_the_end(
@@ -122,7 +113,7 @@ def test_terminate_ends_the_thread_and_both_sides_see_the_end(
 ) -> None:
     conn, _ = daemon[0].accept()
     with conn:
-        read_lines(conn, 1)
+        recv_lines(conn, 1, within=WITHIN)
         relay.terminate()
         assert relay.wait(WITHIN) == 0
         assert relay.poll() == 0
@@ -229,9 +220,9 @@ def test_patched_exabgp_runs_the_relay_as_a_thread(
     try:
         conn, _ = daemon[0].accept()
         with conn:
-            assert json.loads(read_lines(conn, 1)[0])["pid"] == os.getpid()
+            assert json.loads(recv_lines(conn, 1, within=WITHIN)[0])["pid"] == os.getpid()
             processes.write("api-kube-bgpd", '{"type": "state"}')
-            assert read_lines(conn, 1) == [b'{"type": "state"}']
+            assert recv_lines(conn, 1, within=WITHIN) == [b'{"type": "state"}']
             conn.sendall(b"announce route 10.99.0.1/32 next-hop self\n")
             got: list[Any] = []
             deadline = time.monotonic() + WITHIN
@@ -273,7 +264,7 @@ def test_a_relay_thread_that_ended_is_respawned_by_exabgp(
         assert second is not first
         conn, _ = daemon[0].accept()
         with conn:
-            assert json.loads(read_lines(conn, 1)[0])["type"] == "kube-bgpd-helper"
+            assert json.loads(recv_lines(conn, 1, within=WITHIN)[0])["type"] == "kube-bgpd-helper"
     finally:
         processes.terminate()
     for proc in (first, second):

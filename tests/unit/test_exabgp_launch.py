@@ -256,6 +256,40 @@ def test_installed_exabgp_is_the_verified_one(
     assert warning_lines(capsys) == []
 
 
+def test_the_verified_files_are_the_installed_ones_and_hold_every_target() -> None:
+    """The whole-file fast path covers exactly the files of the targets, and gives what
+    reading each target's source gives (this fails when the dependency moves, as the
+    test above does)."""
+    targets = {**launch.RELIED_ON, **launch.BRIDGE_RELIED_ON}
+    files = {launch._source_file(t) for t in targets}
+    assert files == set(launch.VERIFIED_FILES)
+    assert {f: launch.file_digest(f) for f in files} == launch.VERIFIED_FILES
+    assert launch.targets_fingerprint(targets) == launch.VERIFIED_FILES_FOR
+    for verified in (launch.RELIED_ON, launch.BRIDGE_RELIED_ON):
+        assert launch.verified_digests(verified) == {t: launch.source_digest(t) for t in verified}
+
+
+def test_a_file_that_differs_has_each_target_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file that is not the verified release's (a distribution's patch, another line
+    ending) does not say which targets changed: each one's source is read, as before
+    the fast path, so an edit beside the targets still patches."""
+    read: list[str] = []
+    digest = launch.source_digest
+
+    def reading(target: str) -> str | None:
+        read.append(target)
+        return digest(target)
+
+    monkeypatch.setattr(launch, "source_digest", reading)
+    assert launch.verified_digests(launch.RELIED_ON) == launch.RELIED_ON
+    assert read == []
+    monkeypatch.setattr(
+        launch, "VERIFIED_FILES", {**launch.VERIFIED_FILES, "exabgp/rib/cache.py": "0" * 64}
+    )
+    assert launch.verified_digests(launch.RELIED_ON) == launch.RELIED_ON
+    assert sorted(read) == sorted(launch.RELIED_ON)
+
+
 def test_the_reload_check_has_one_caller_the_main_loop() -> None:
     """no_pending_adjribout changes only whether the main loop reloads at once: ExaBGP
     calls the check in exactly one place (Reactor.run, whose source is pinned too)."""
@@ -389,6 +423,17 @@ def no_source(obj: object) -> str:
     raise OSError("could not get source code")
 
 
+class NoSources:
+    """The inspect module as the launcher sees an ExaBGP installed without its .py
+    files: no source file, no source."""
+
+    getsource = staticmethod(no_source)
+
+    @staticmethod
+    def getsourcefile(obj: object) -> None:
+        return None
+
+
 def broken_step_limit(in_force: int) -> int:
     raise RuntimeError("broken\nacross lines")
 
@@ -401,9 +446,9 @@ def broken_resolve(target: str) -> Any:
     ("where", "name", "replacement", "want", "says"),
     [
         pytest.param(
-            launch.inspect,
-            "getsource",
-            no_source,
+            launch,
+            "inspect",
+            NoSources(),
             launch.Unmodified.SOURCE_UNAVAILABLE,
             "no source for exabgp.bgp.neighbor:Neighbor.remove_self",
             id="source-unavailable",

@@ -53,3 +53,16 @@ def test_release_if_grown_hands_back_only_after_growth() -> None:
     before, after = got
     assert before - after >= 16 * 2**20
     assert len(kept) == 2_000
+
+
+def test_collection_paused_restores_what_it_found() -> None:
+    assert gc.isenabled()
+    with heap.collection_paused():
+        assert not gc.isenabled()
+        with heap.collection_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # the inner pause found it paused
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), heap.collection_paused():
+        raise RuntimeError
+    assert gc.isenabled()

@@ -20,6 +20,7 @@ from bgpd.model import (
     RouteChange,
     RouteEvent,
     RouteEvents,
+    RoutesAccepted,
     SessionState,
 )
 from bgpd.mqtt import (
@@ -144,17 +145,22 @@ def test_backoff_is_capped_equal_jitter(attempt: int, rand: float, expected: flo
 
 
 async def test_follow_publishes_a_batch_of_routes_route_by_route() -> None:
-    """The driver hands over one RouteEvents per answered command; MQTT still publishes
-    one message per route, exactly as for single RouteEvents."""
+    """The driver hands over one RouteEvents per change batch; MQTT still publishes one
+    message per route, exactly as for single RouteEvents. RoutesAccepted (ExaBGP took a
+    command) publishes nothing: the route topics say what the routers were sent."""
     pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
     one, two = ipaddress.ip_network("10.99.0.1/32"), ipaddress.ip_network("10.99.0.2/32")
     attrs = RouteAttributes(med=5)
     queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
+    queue.put_nowait(RoutesAccepted(NODE, R1, 0.5))
     queue.put_nowait(RouteEvents(NODE, R1, ((one, attrs), (two, attrs)), 1.0))
+    queue.put_nowait(RoutesAccepted(NODE, R1, 1.5))
     queue.put_nowait(RouteEvents(NODE, R1, ((one, None),), 2.0))
     follower = asyncio.create_task(pub.follow(queue))
     try:
-        await wait_until_async(lambda: len(pub._queue) == 3, what="3 routes queued", within=30)
+        await wait_until_async(
+            lambda: queue.empty() and pub.queued == 3, what="3 queued", within=30
+        )
     finally:
         follower.cancel()
     expected = [
@@ -162,7 +168,90 @@ async def test_follow_publishes_a_batch_of_routes_route_by_route() -> None:
         RouteEvent(NODE, R1, two, RouteChange.ANNOUNCED, attrs, 1.0),
         RouteEvent(NODE, R1, one, RouteChange.WITHDRAWN, None, 2.0),
     ]
-    assert list(pub._queue) == expected
+    assert list(pub._queue) == [messages("kube-bgpd", e) for e in expected]
     # The withdrawn route's retained message is cleared, the other one's kept.
     topics = [messages("kube-bgpd", e)[0].topic for e in expected[:2]]
-    assert [t in pub._retained for t in topics] == [False, True]
+    assert [t in pub.retained() for t in topics] == [False, True]
+
+
+def _route(peer: PeerName, change: RouteChange, at: float, med: int = 5) -> RouteEvent:
+    attrs = RouteAttributes(med=med) if change is RouteChange.ANNOUNCED else None
+    return RouteEvent(NODE, peer, ipaddress.ip_network("10.99.0.1/32"), change, attrs, at)
+
+
+R2 = PeerName("router-2")
+TOPIC = "kube-bgpd/node-a/routes/10.99.0.1_32"
+UP, DOWN = RouteChange.ANNOUNCED, RouteChange.WITHDRAWN
+
+
+@pytest.mark.parametrize(
+    ("events", "retained_peer", "last_messages"),
+    [
+        pytest.param([(R1, UP)], R1, [(True, R1)], id="one-peer"),
+        pytest.param([(R1, UP), (R1, DOWN)], None, [(False, R1), (True, None)], id="withdrawn"),
+        pytest.param(
+            [(R1, UP), (R2, UP), (R1, DOWN)],
+            R2,
+            [(False, R1), (True, R2)],
+            id="one-router-down-the-other-still-has-it",
+        ),
+        pytest.param(
+            [(R1, UP), (R2, UP), (R2, DOWN)],
+            R1,
+            [(False, R2), (True, R1)],
+            id="the-other-way-round",
+        ),
+        pytest.param(
+            [(R1, UP), (R2, UP), (R1, DOWN), (R2, DOWN)],
+            None,
+            [(False, R2), (True, None)],
+            id="both-down-cleared",
+        ),
+        pytest.param(
+            [(R1, UP), (R2, UP), (R1, UP)], R1, [(True, R1)], id="latest-announce-retained"
+        ),
+        pytest.param(
+            [(R2, DOWN), (R1, UP), (R2, DOWN)],
+            R1,
+            [(False, R2), (True, R1)],
+            id="withdraw-of-a-peer-without-it",
+        ),
+    ],
+)
+def test_a_route_topic_is_retained_while_any_peer_has_the_prefix(
+    events: list[tuple[PeerName, RouteChange]],
+    retained_peer: PeerName | None,
+    last_messages: list[tuple[bool, PeerName | None]],
+) -> None:
+    """The topic is per prefix; each event is one peer's. One router's session going down
+    must not clear the topic of a prefix the other router still has: the withdraw event
+    goes out (not retained) and the remaining peer's document stays retained."""
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
+    for i, (peer, change) in enumerate(events):
+        pub.publish(_route(peer, change, float(i)))
+    retained = pub.retained().get(TOPIC)
+    if retained_peer is None:
+        assert retained is None
+    else:
+        assert retained is not None
+        assert json.loads(retained)["peer"] == retained_peer
+    last = pub._queue[-1]
+    assert all(m.topic == TOPIC for m in last)
+    seen = [(m.retain, json.loads(m.payload)["peer"] if m.payload else None) for m in last]
+    assert seen == last_messages
+
+
+def test_one_peer_keeps_no_document_per_topic_beside_the_retained_one() -> None:
+    """Footprint: with one peer per prefix (the usual case) the publisher keeps the
+    peer's name per route topic, not a dict of documents (30,000 routes: 6 MiB more,
+    bench/bench_route_events.py --retained-memory); a second peer makes one."""
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
+    for i in range(3):
+        prefix = ipaddress.ip_network(f"10.99.0.{i}/32")
+        pub.publish(RouteEvent(NODE, R1, prefix, UP, RouteAttributes(), 1.0))
+    assert {type(h) for h in pub._holders.values()} == {str}
+    pub.publish(_route(R2, UP, 2.0))
+    pub.publish(_route(R1, UP, 3.0))
+    assert type(pub._holders[TOPIC]) is dict
+    pub.publish(_route(R2, DOWN, 4.0))
+    assert pub._holders[TOPIC] == R1

@@ -6,10 +6,16 @@ rendering is what starts ExaBGP (Speaker._run_exabgp waits for it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import ipaddress
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from bgpd.model import BGPPeer, ClusterSnapshot, Config, Node, NodeName, PeerName, SpeakerConfig
+from bgpd.speaker import app, heap
 from bgpd.speaker.app import Speaker
 
 NODE = NodeName("n1")
@@ -107,3 +113,98 @@ async def test_a_source_without_the_ability_renders_at_the_first_decision(
     async with asyncio.timeout(10):
         await s._render_early()
     assert not s.rendered.is_set()
+
+
+def pause_ended(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Set when heap.collection_paused() exits (automatic collection back)."""
+    ended = asyncio.Event()
+    paused = heap.collection_paused
+
+    @contextlib.contextmanager
+    def watched() -> Iterator[None]:
+        try:
+            with paused():
+                yield
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(heap, "collection_paused", watched)
+    return ended
+
+
+async def test_no_automatic_collection_until_the_heap_is_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first sync runs without CPython's automatic collections (their full passes
+    over the growing heap held the LIST, the first decision and the acknowledgements);
+    the heap is collected and frozen once the first decision's routes are accepted, and
+    collection is automatic again from then on."""
+    ended = pause_ended(monkeypatch)
+    settled = asyncio.Event()
+    settle = heap.settle
+
+    def settling() -> heap.Settled:
+        done = settle()
+        settled.set()
+        return done
+
+    monkeypatch.setattr(heap, "settle", settling)
+    s = speaker(tmp_path, DumpLike(None))
+    assert gc.isenabled()
+    task = asyncio.create_task(s._settle_heap())
+    try:
+        await asyncio.sleep(0)
+        assert not gc.isenabled()  # listing, deciding
+        s._first_decision.set()
+        await asyncio.sleep(0)
+        assert not gc.isenabled()  # ExaBGP takes the routes
+        s.driver._converged.set()
+        async with asyncio.timeout(10):
+            await ended.wait()
+            await settled.wait()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        gc.unfreeze()
+    assert gc.isenabled()
+
+
+async def test_a_first_sync_that_takes_long_is_collected_after_the_pause(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ended = pause_ended(monkeypatch)
+    monkeypatch.setattr(app, "FIRST_SYNC_GC_PAUSE", 0.05)
+    s = speaker(tmp_path, DumpLike(None))
+    task = asyncio.create_task(s._settle_heap())
+    try:
+        await asyncio.sleep(0)
+        assert not gc.isenabled()
+        async with asyncio.timeout(10):
+            await ended.wait()
+        assert gc.isenabled()
+        assert not s._first_decision.is_set()
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert gc.isenabled()
+
+
+def test_the_first_decision_runs_without_automatic_collection(tmp_path: Path) -> None:
+    """Also when the first sync outlasted the pause above (a slow API)."""
+    s = speaker(tmp_path, DumpLike(None))
+    seen: list[bool] = []
+
+    def decide(first_change: float) -> None:
+        seen.append(gc.isenabled())
+
+    s.reconciler.decide = decide  # type: ignore[method-assign,assignment]
+    assert s.reconcile_once(0.0) is None
+    assert seen == [False]
+    assert gc.isenabled()
+    s.reconciler.decisions = 1
+    s.reconcile_once(0.0)
+    assert seen == [False, True]

@@ -235,3 +235,15 @@ spec:
             "UPDATE",
         )
     ]
+
+
+def test_fits_is_memoised_per_attribute_value() -> None:
+    """The Decider asks fits() once per route it builds; equal attributes (nearly every
+    route's) are counted once."""
+    fits.cache_clear()
+    attributes = RouteAttributes(communities=("65000:1",))
+    for _ in range(3):
+        assert fits(RouteAttributes(communities=("65000:1",)), 4)
+    assert fits(attributes, 4)
+    info = fits.cache_info()
+    assert (info.misses, info.hits) == (1, 3)
