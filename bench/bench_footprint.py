@@ -77,7 +77,14 @@ from bench_k8s import (
 
 from kbgpd_lab.kit.crds import product_crds
 from kbgpd_lab.kit.incluster import ServiceAccount
-from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
+from kbgpd_lab.kit.measure import (
+    address,
+    children_rss_kb,
+    pct,
+    prefixes,
+    rss_kb,
+    tree_pss_kb,
+)
 from kbgpd_lab.kit.scale import local_service, node1_slice
 from kbgpd_lab.lab.apicluster import NetnsApiSimulator, node_object
 from kbgpd_lab.lab.lab import fed_exabgp
@@ -98,6 +105,9 @@ class Row:
     daemon_kb: int
     exabgp_kb: int
     helper_kb: int
+    #: PSS of the same processes together (what they take of the node's memory, shared
+    #: library pages counted once: kbgpd_lab.kit.measure.pss_kb).
+    tree_pss_kb: int
     #: How the speaker got its API credentials ("" for a dump or the bare ExaBGP).
     credentials: str = ""
 
@@ -108,6 +118,7 @@ class Row:
             self.what,
             f"{self.services:,}",
             f"{total / 1024:.1f}",
+            f"{self.tree_pss_kb / 1024:.1f}",
             daemon,
             f"{self.exabgp_kb / 1024:.1f}",
             # No child: the launcher runs the relay as a thread of ExaBGP (bridge.py).
@@ -122,6 +133,7 @@ HEADER = [
     "source",
     "Services",
     "RSS total MiB",
+    "PSS total MiB",
     "daemon",
     "ExaBGP",
     "helper / API process",
@@ -247,11 +259,11 @@ def measure_speaker(
                     time.sleep(0.02)
             first = last = time.monotonic()
         time.sleep(3)
-        daemon, exa, helper = speaker.rss()
+        daemon, exa, helper, pss = speaker.memory()
     except BaseException:
         speaker.stop()
         raise
-    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper, credentials)
+    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper, pss, credentials)
     phases = start_phases(speaker.log.read_text(errors="replace"), wall_started)
     phases += [("first route at BIRD", first - speaker.started)]
     phases += [("last route at BIRD", last - speaker.started)]
@@ -283,6 +295,7 @@ def measure_bare(topo: Topology, bird: BirdCtl, work: Path, n: int) -> Row:
             0,
             rss_kb(bare.pid),
             children_rss_kb(bare.pid),
+            tree_pss_kb(bare.pid),
         )
     finally:
         bare.close()

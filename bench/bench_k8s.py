@@ -75,7 +75,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kbgpd_lab.kit.incluster import ServiceAccount, in_cluster
-from kbgpd_lab.kit.measure import address, children_rss_kb, pct, prefixes, rss_kb
+from kbgpd_lab.kit.measure import (
+    address,
+    children_rss_kb,
+    pct,
+    prefixes,
+    pss_kb,
+    rss_kb,
+    tree_pss_kb,
+)
 from kbgpd_lab.kit.processes import Child, FedExaBGP, ProcessGroup, speaker_argv
 from kbgpd_lab.kit.scale import NAMESPACE, local_service, node1_endpoints, node1_slice
 from kbgpd_lab.lab.apicluster import (
@@ -244,12 +252,17 @@ class Speaker:
         return {k: (v[0], int(v[1])) for k, v in got.items()}
 
     def rss(self) -> tuple[int, int, int]:
-        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper). The
-        daemon's is read first: answering /status (which names ExaBGP's pid) renders
-        every route, and the daemon's RSS keeps that peak (~14 MiB at 10,000 routes)."""
-        daemon = rss_kb(self.child.pid)
+        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper)."""
+        return self.memory()[:3]
+
+    def memory(self) -> tuple[int, int, int, int]:
+        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper), and
+        the PSS of the three together. The daemon's are read first: answering /status
+        (which names ExaBGP's pid) renders every route, and the daemon's RSS keeps that
+        peak (~14 MiB at 10,000 routes)."""
+        daemon, daemon_pss = rss_kb(self.child.pid), pss_kb(self.child.pid)
         exa = int(json.loads(self.get("/status"))["exabgp"]["pid"])
-        return daemon, rss_kb(exa), children_rss_kb(exa)
+        return daemon, rss_kb(exa), children_rss_kb(exa), daemon_pss + tree_pss_kb(exa)
 
     def stop(self) -> None:
         self.group.stop()

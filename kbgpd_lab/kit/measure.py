@@ -36,14 +36,38 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
-def children_rss_kb(pid: int) -> int:
-    """Resident memory of a process' direct children in KiB (ExaBGP's helper)."""
-    kids = [
+def pss_kb(pid: int) -> int:
+    """Proportional set size of one process in KiB (/proc/PID/smaps_rollup): its private
+    pages plus its share of each page it shares with other processes (libpython, libssl),
+    so the PSS of several processes adds up to what they take together, where their RSS
+    counts each shared page once per process. 0 if unknown."""
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1])
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    """The PIDs of a process' direct children (ExaBGP's helper)."""
+    return [
         int(c)
         for t in Path(f"/proc/{pid}/task").iterdir()
         for c in (t / "children").read_text().split()
     ]
-    return sum(rss_kb(c) for c in kids)
+
+
+def children_rss_kb(pid: int) -> int:
+    """Resident memory of a process' direct children in KiB (ExaBGP's helper)."""
+    return sum(rss_kb(c) for c in children(pid))
+
+
+def tree_pss_kb(*pids: int) -> int:
+    """PSS in KiB of these processes and their direct children."""
+    return sum(pss_kb(p) + sum(pss_kb(c) for c in children(p)) for p in pids)
 
 
 def exposition_samples(text: str) -> dict[str, float]:
