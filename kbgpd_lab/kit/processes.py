@@ -9,6 +9,8 @@ log tails when a check failed. :func:`speaker_argv` is the ``kube-bgpd speaker``
 line; :func:`exabgp_argv` and :func:`exabgp_env` start an ExaBGP with no kube-bgpd code
 (as root without privilege drop, logging to a file) for baselines and harness checks.
 
+:func:`fast_lease_argv` is the leader election's timings shortened for tests.
+
 :class:`BareExaBGP` is such an ExaBGP; :class:`CommandFeed` gives one an API process that
 reads commands from a FIFO and counts ExaBGP's acknowledgements, so a benchmark can
 drive ExaBGP with no kube-bgpd driver in between. :func:`exabgp_runtime` runs the
@@ -53,6 +55,20 @@ class _Host:
 
 #: The host namespace (no lab): tests on loopback.
 HOST: Spawner = _Host()
+
+
+def fast_lease_argv(duration: float = 2.0) -> list[str]:
+    """The controller's leader-election flags for a test: a lease of ``duration`` seconds
+    renewed within 1.5 s, retried every 0.25 s, so a takeover fits in a test's seconds
+    (the controller's defaults are 15 / 10 / 2 s)."""
+    return [
+        "--lease-duration",
+        f"{duration:g}",
+        "--renew-deadline",
+        "1.5",
+        "--retry-period",
+        "0.25",
+    ]
 
 
 def venv_script(name: str) -> str:

@@ -22,6 +22,7 @@ import pytest
 from k8s_kit import free_port, lb_service, lease_renewals, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
+from kbgpd_lab.kit.processes import fast_lease_argv
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(90)]
@@ -80,12 +81,7 @@ async def controller_process(
             "default",
             "--identity",
             identity,
-            "--lease-duration",
-            str(LEASE_SECONDS),
-            "--renew-deadline",
-            "1.5",
-            "--retry-period",
-            "0.25",
+            *fast_lease_argv(LEASE_SECONDS),
             *extra,
             stdout=out,
             stderr=out,

@@ -23,6 +23,7 @@ from k8s_kit import lb_service
 
 from kbgpd_lab.apisim import ApiSimulator
 from kbgpd_lab.kit.incluster import ACCOUNT, ServiceAccount, in_cluster
+from kbgpd_lab.kit.processes import fast_lease_argv
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.root, pytest.mark.timeout(90)]
@@ -67,12 +68,7 @@ async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
                 str(config),
                 "--identity",
                 "pod-1",
-                "--lease-duration",
-                "2",
-                "--renew-deadline",
-                "1.5",
-                "--retry-period",
-                "0.25",
+                *fast_lease_argv(),
             ],
             account,
             os.environ | {"PYTHONPATH": str(shadow.parent)},

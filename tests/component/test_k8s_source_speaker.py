@@ -27,6 +27,7 @@ from k8s_kit import endpoint_slice, free_port, lb_service, node, simulator
 
 from kbgpd_lab.apisim import ApiSimulator
 from kbgpd_lab.kit import manifests
+from kbgpd_lab.kit.processes import fast_lease_argv
 from kbgpd_lab.kit.waiting import wait_until_async
 
 pytestmark = [pytest.mark.component, pytest.mark.timeout(120)]
@@ -107,12 +108,7 @@ async def speaker(
             "--with-controller",
             "--lease-namespace",
             "default",
-            "--lease-duration",
-            "2",
-            "--renew-deadline",
-            "1.5",
-            "--retry-period",
-            "0.25",
+            *fast_lease_argv(),
             stdout=out,
             stderr=out,
             env={**os.environ, "HOME": str(tmp_path)},
