@@ -201,6 +201,11 @@ def messages(topic_prefix: str, event: SpeakerEvent) -> tuple[Message, ...]:
     return (Message(topic, payload, False), Message(topic, b"", True))
 
 
+def peer_key(s: PeerStatus | PeerEvent) -> tuple[object, ...]:
+    """What a peer document says (its time aside): two equal keys publish the same."""
+    return (s.state, s.reason, s.desired, s.accepted, s.advertised)
+
+
 def peer_counts_changed(
     node: NodeName,
     statuses: Mapping[PeerName, PeerStatus],
@@ -211,7 +216,7 @@ def peer_counts_changed(
     place; a peer gone is forgotten)."""
     out = []
     for name, s in sorted(statuses.items()):
-        key = (s.state, s.reason, s.desired, s.accepted, s.advertised)
+        key = peer_key(s)
         if last.get(name) != key:
             last[name] = key
             out.append(
@@ -267,6 +272,10 @@ class MQTTPublisher:
         #: peer (its document is the retained one: nothing more is kept), or each peer's
         #: document, the latest announce last.
         self._holders: dict[str, PeerName | dict[PeerName, bytes]] = {}
+        #: Per peer, peer_key() of the document published last, by either path (the
+        #: driver's PeerEvents through follow(), the samples of follow_peers()): see
+        #: follow_peers.
+        self._peer_docs: dict[PeerName, tuple[object, ...]] = {}
         #: Topics holding a retained message we published in this process.
         self._on_broker: set[str] = set()
         self._resync = True
@@ -300,6 +309,8 @@ class MQTTPublisher:
         out = messages(self.config.topic_prefix, event)
         if isinstance(event, RouteEvent):
             out = self._hold(event, out)
+        elif isinstance(event, PeerEvent):
+            self._peer_docs[event.peer] = peer_key(event)
         for m in out:
             if m.retain:
                 if m.payload:
@@ -366,12 +377,20 @@ class MQTTPublisher:
         every: float = 1.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """Every ``every`` seconds, publish each peer whose state or route counts changed
-        (peer_counts_changed()): the counts move with every UPDATE, so they are sampled,
-        not sent per route (a 10,000-route table would be 10,000 messages)."""
-        last: dict[PeerName, tuple[object, ...]] = {}
+        """Every ``every`` seconds, publish each peer whose state or route counts differ
+        from its document published last (peer_counts_changed()): the counts move with
+        every UPDATE, so they are sampled, not sent per route (a 10,000-route table would
+        be 10,000 messages).
+
+        The comparison is with what either path published last, not with this loop's
+        own previous sample: the driver's PeerEvent of a session change carries the
+        counts of the moment it was emitted and reaches `publish` through a queue, so it
+        can be published after a sample that read newer counts (the session came up and
+        its UPDATEs were reported in one read). Compared with its own samples, the loop
+        would never correct that older document, and the retained peer document would say
+        ``advertised: 0`` for a session advertising every route."""
         while True:
-            for event in peer_counts_changed(self.node, read(), last, clock()):
+            for event in peer_counts_changed(self.node, read(), self._peer_docs, clock()):
                 self.publish(event)
             await asyncio.sleep(every)
 

@@ -84,10 +84,33 @@ def _scrape(node: Netns, path: str = "/metrics") -> subprocess.CompletedProcess[
     return node.run(["curl", "-s", "-f", f"http://{LISTENER}{path}"], check=False, timeout=10)
 
 
+def _what_happened(retained: dict[str, str], node: Netns, log: Path, tmp_path: Path) -> str:
+    """For a failure: what the broker held, what /metrics and the speaker's and broker's
+    logs said."""
+    metrics = [
+        line
+        for line in _scrape(node).stdout.splitlines()
+        if line.startswith(("kube_bgpd_mqtt", "kube_bgpd_bgp_prefixes", "kube_bgpd_driver"))
+    ]
+    broker_log = tmp_path / "mosquitto.log"
+    return "\n".join(
+        [
+            f"last retained: {json.dumps(retained, indent=1)}",
+            *metrics,
+            "speaker log:",
+            log.read_text(errors="replace")[-6000:],
+            "broker log:",
+            broker_log.read_text(errors="replace")[-3000:] if broker_log.exists() else "",
+        ]
+    )
+
+
 @pytest.fixture
 def broker(topology: Topology, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     conf = tmp_path / "mosquitto.conf"
-    conf.write_text(f"listener {MQTT_PORT} 127.0.0.1\nallow_anonymous true\nuser root\n")
+    conf.write_text(
+        f"listener {MQTT_PORT} 127.0.0.1\nallow_anonymous true\nuser root\nlog_type all\n"
+    )
     with (tmp_path / "mosquitto.log").open("wb") as log:
         proc = topology.nodes[0].popen([MOSQUITTO, "-c", str(conf)], stdout=log, stderr=log)
     try:
@@ -157,9 +180,12 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
         assert _scrape(node, "/readyz").returncode == 0
 
         peer_topic = "kube-bgpd/node1/peers/tor"
+        seen: dict[str, str] = {}
 
         def two_routes_advertised() -> dict[str, str] | None:
             r = _retained(node)
+            seen.clear()
+            seen.update(r)
             routes = [t for t in r if "/routes/" in t]
             peer = json.loads(r.get(peer_topic) or "{}")
             return r if len(routes) == 2 and peer.get("advertised") == 2 else None
@@ -169,6 +195,7 @@ def test_live_speaker_metrics_mqtt_logs_and_explain(
             within=30,
             poll=0.2,
             what="two retained routes, the peer's document saying 2 advertised",
+            details=lambda: _what_happened(seen, node, log_path, tmp_path),
         )
         peer_doc = json.loads(retained[peer_topic])
         assert (peer_doc["state"], peer_doc["desired"], peer_doc["accepted"]) == ("up", 2, 2)

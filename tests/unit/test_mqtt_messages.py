@@ -255,3 +255,37 @@ def test_one_peer_keeps_no_document_per_topic_beside_the_retained_one() -> None:
     assert type(pub._holders[TOPIC]) is dict
     pub.publish(_route(R2, DOWN, 4.0))
     assert pub._holders[TOPIC] == R1
+
+
+async def test_a_session_event_published_after_a_newer_sample_is_corrected() -> None:
+    """The driver's PeerEvent carries the counts of the moment the session came up and
+    reaches the publisher through a queue; a sample of follow_peers that read the newer
+    counts (the session's UPDATEs reported in the same read) can be published before it.
+    The retained peer document then says ``advertised: 0``, and the next sample must put
+    the current counts back: it compares with what was published last, not with its own
+    previous sample (which already said 2, so it never published again)."""
+    pub = MQTTPublisher(MQTTConfig(host="127.0.0.1", port=1), node=NODE)
+    address = ipaddress.ip_address("172.31.250.1")
+    now = PeerStatus(R1, address, SessionState.UP, 1.0, "", accepted=2, desired=2, advertised=2)
+    queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
+    queue.put_nowait(PeerEvent(NODE, R1, SessionState.UP, "", 1.0, 2, 2, 0))
+    topic = peer_topic("kube-bgpd", NODE, R1)
+
+    def advertised() -> object:
+        doc = pub.retained().get(topic)
+        return None if doc is None else json.loads(doc)["advertised"]
+
+    # The sampler runs first (it reads 2), then the follower publishes the older event.
+    sampler = asyncio.create_task(pub.follow_peers(lambda: {R1: now}, every=0.01))
+    follower = asyncio.create_task(pub.follow(queue))
+    try:
+        await wait_until_async(lambda: queue.empty(), what="the event taken", within=30)
+        await wait_until_async(
+            lambda: advertised() == 2, what="the peer document saying 2 advertised", within=30
+        )
+    finally:
+        sampler.cancel()
+        follower.cancel()
+    published = [json.loads(m.payload)["advertised"] for (m,) in pub._queue]
+    # The sample (2), the late event (0), the correction (2); nothing after.
+    assert published == [2, 0, 2]
