@@ -32,7 +32,7 @@ Public API (the Kubernetes watcher implements SnapshotSource against it):
   two halves so that its caller can act between them from what the pass decided, never
   by reading the reconciler back: ``decide(first_change) -> Pass | None`` (None: gated)
   and ``apply(pass_) -> PassResult`` (decision, snapshot, changes, desired_changed,
-  latency, duration). ``reconcile_once(first_change)`` does both; ``async for first in
+  latency, duration, applied). ``reconcile_once(first_change)`` does both; ``async for first in
   changes()`` yields once per batch of changes (debounced), ``await run()`` reconciles
   each; ``kick()`` (decide again, e.g. after a config reload); ``set_config(config)``;
   read-only ``last`` (the last PassResult), ``decisions`` (count), ``skipped_unsynced``,
@@ -153,6 +153,9 @@ class PassResult:
     latency: float
     #: Seconds the pass took (snapshot, decide, render, apply).
     duration: float
+    #: time.monotonic() of the apply: the speaker records the pass after the driver's
+    #: sender had its turn (bgpd.speaker.app), and times convergence from here.
+    applied: float
 
 
 class Reconciler:
@@ -293,6 +296,7 @@ class Reconciler:
             desired_changed=decided.desired_changed,
             latency=now - decided.first_change,
             duration=now - decided.started,
+            applied=now,
         )
         self.last = result
         log(

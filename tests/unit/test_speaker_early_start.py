@@ -13,42 +13,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sourcekit import StillSource
 
-from bgpd.model import BGPPeer, ClusterSnapshot, Config, Node, NodeName, PeerName, SpeakerConfig
+from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, SpeakerConfig
 from bgpd.speaker import app, heap
 from bgpd.speaker.app import Speaker
 
 NODE = NodeName("n1")
 
 
-class DumpLike:
+class DumpLike(StillSource):
     """A cluster source that is never synced, without NodeFirst (as the cluster-dump
     source: it has everything at once)."""
 
     def __init__(self, node: Node | None) -> None:
+        super().__init__()
         self.node = node
         self.listed = asyncio.Event()
-
-    @property
-    def synced(self) -> bool:
-        return False
-
-    @property
-    def stale(self) -> bool:
-        return False
-
-    def snapshot(self) -> ClusterSnapshot:
-        return ClusterSnapshot()
-
-    async def wait_changed(self) -> float:
-        await asyncio.Event().wait()
-        return 0.0
-
-    async def run(self) -> None:
-        await asyncio.Event().wait()
-
-    def reload(self) -> None:
-        return None
 
 
 class ListingSource(DumpLike):
