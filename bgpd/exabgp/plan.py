@@ -179,9 +179,14 @@ def delta(
 
     Dictionary equality and set-from-dict work in C on the stored hashes (an IPv4Network
     hashes in Python), so a pass over 10,000 routes that changed one costs milliseconds
-    and an unchanged peer almost nothing; neither result is ordered."""
+    and an unchanged peer almost nothing; neither result is ordered. With nothing held
+    (a first sync, a new session) everything is to announce: a copy of `want`, which
+    keeps its stored hashes, where looking each route up in `have` would hash every
+    prefix twice (a third of the first plan of 10,000 routes)."""
     if have == want:
         return {}, set()
+    if not have:
+        return dict(want), set()
     todo = dict(itertools.filterfalse(have.items().__contains__, want.items()))
     return todo, set(have).difference(want)
 
@@ -220,7 +225,6 @@ def plan(
         todo, gone = delta(have, want)
         if todo:
             announces += announce_commands(peer, selector, todo, batch=batch)
-        gone = set(have).difference(want)
         if gone:
             withdraws += withdraw_commands(peer, selector, gone, batch=batch)
     return announces + withdraws

@@ -160,6 +160,8 @@ Y = net("10.99.0.2/32")
         pytest.param({X: PLAIN}, {X: PLAIN, Y: COMM}, {Y: COMM}, set(), id="new-prefix"),
         pytest.param({X: PLAIN, Y: COMM}, {Y: COMM}, {}, {X}, id="prefix-gone"),
         pytest.param({X: PLAIN}, {Y: PLAIN}, {Y: PLAIN}, {X}, id="replaced"),
+        pytest.param({}, {X: PLAIN, Y: COMM}, {X: PLAIN, Y: COMM}, set(), id="nothing-held"),
+        pytest.param({}, {}, {}, set(), id="nothing-at-all"),
     ],
 )
 def test_delta(
