@@ -49,8 +49,14 @@ def serving_endpoints(slices: Iterable[EndpointSlice], node: str) -> int:
     """Endpoints on `node` that can serve, the largest count of one address family."""
     per_family: dict[str, int] = {}
     for s in slices:
-        n = sum(1 for ep in s.endpoints if ep.can_serve and ep.node_name == node)
-        per_family[s.address_type] = per_family.get(s.address_type, 0) + n
+        # The node first: a plain comparison, where can_serve is a property (the
+        # decision asks this for every Local Service).
+        n = 0
+        for ep in s.endpoints:
+            if ep.node_name == node and ep.can_serve:
+                n += 1
+        if n:
+            per_family[s.address_type] = per_family.get(s.address_type, 0) + n
     return max(per_family.values(), default=0)
 
 

@@ -831,8 +831,14 @@ def _service_part(
     #: The link bandwidth's endpoint count (Local only), counted when an advertisement
     #: first asks for it: most ask for none.
     endpoints: int | None = None if local else 0
-    selected = tuple(a.name for a in ctx.selective if a.selects_service(svc.labels))
-    for ip in dict.fromkeys(svc.ingress_ips):
+    selected = (
+        tuple(a.name for a in ctx.selective if a.selects_service(svc.labels))
+        if ctx.selective
+        else ()
+    )
+    ips = svc.ingress_ips
+    # Each IP once; nearly every Service has one, which then needs no hashing.
+    for ip in ips if len(ips) == 1 else dict.fromkeys(ips):
         pool = scope.pool_of(ip)
         if pool is None:
             skips.append(Skip(key, SkipReason.IP_NOT_IN_POOL, ip=ip))
@@ -1031,6 +1037,11 @@ class _Memo:
 
 _SkipKey = tuple[str, int, int, str, str]
 
+#: Entries of Decider._alone before it starts again: the combinations 10,000 Services
+#: make are a handful; a Service with attributes of its own, or drained by its data-plane
+#: check, adds one.
+_ALONE_MAX = 4096
+
 #: What a Decider's context depends on: config, node name, Node, kernel choices,
 #: every Node when an advertisement has a fan-out cap (else None), and the data plane.
 _ContextKey = tuple[
@@ -1107,6 +1118,16 @@ class Decider:
         self._sorted_notices: tuple[Notice, ...] = ()
         #: Notices of merged routes (communities left out), per route.
         self._route_notices: dict[RouteKey, tuple[Notice, ...]] = {}
+        #: The attributes of a route with one contribution (nearly every route: one
+        #: Service's host route through one advertisement), by the identity of that
+        #: contribution's advertisement, peer and wanted attributes, its endpoint count
+        #: and IP version (None: a merge that leaves communities out, which names the
+        #: Service and the prefix). The value holds the three objects, so their ids stay
+        #: theirs while the entry lives. See _alone_route.
+        self._alone: dict[
+            tuple[int, int, int, int, int],
+            tuple[BGPAdvertisement, BGPPeer, RouteAttributes, RouteAttributes | None],
+        ] = {}
         #: Set by _add/_remove/_rebuild during one decide().
         self._routes_moved = False
         self._skips_moved = False
@@ -1302,13 +1323,22 @@ class Decider:
                     self._changed(old)
                     self.desired_changed = True
                 continue
-            merged = _Merged()
-            members = (group,) if isinstance(group, tuple) else group.items()
-            for service, contributions in members:
-                for _, _, adv, peer, wanted, endpoints in contributions:
-                    merged.add(service, adv, peer, wanted, endpoints)
-            peer_name, prefix, *_ = contributions[0]
-            route, left_out = merged.build(peer_name, prefix)
+            alone = (
+                self._alone_route(group[0], group[1][0])
+                if isinstance(group, tuple) and len(group[1]) == 1
+                else None
+            )
+            left_out: tuple[Notice, ...] = ()
+            if alone is not None:
+                route = alone
+            else:
+                merged = _Merged()
+                members = (group,) if isinstance(group, tuple) else group.items()
+                for service, contributions in members:
+                    for _, _, adv, peer, wanted, endpoints in contributions:
+                        merged.add(service, adv, peer, wanted, endpoints)
+                route, left_out = merged.build(contributions[0][0], contributions[0][1])
+            peer_name, prefix = route.peer, route.prefix
             self._set_route_notices(target, left_out)
             if old is None:
                 added.append((target, route))
@@ -1333,6 +1363,27 @@ class Decider:
             )
             self._route_order = [target for target, _ in pairs]
             self._route_list = [route for _, route in pairs]
+
+    def _alone_route(self, service: ServiceKey, contribution: _Contribution) -> Route | None:
+        """The route of one Service's one contribution, as _Merged builds it, without
+        merging it again: its attributes depend only on the advertisement, the peer,
+        the Service's wanted attributes, the endpoint count and the IP version, which
+        10,000 Services share in a handful of combinations (the merge was half of a
+        first decision at 10,000 Services). None when that merge leaves communities
+        out: its notices name the Service and the prefix, so it is merged each time."""
+        peer_name, prefix, adv, peer, wanted, endpoints = contribution
+        key = (id(adv), id(peer), id(wanted), endpoints, prefix.version)
+        found = self._alone.get(key)
+        if found is None:
+            merged = _Merged()
+            merged.add(service, adv, peer, wanted, endpoints)
+            route, left_out = merged.build(peer_name, prefix)
+            if len(self._alone) >= _ALONE_MAX:
+                self._alone.clear()
+            found = self._alone[key] = (adv, peer, wanted, None if left_out else route.attributes)
+            return None if left_out else route
+        attributes = found[3]
+        return None if attributes is None else Route(peer_name, prefix, attributes, (service,))
 
     def _set_route_notices(self, target: RouteKey, notices: tuple[Notice, ...]) -> None:
         """Replace the notices route `target`'s merge gave last time with `notices`."""
