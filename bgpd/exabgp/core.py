@@ -61,6 +61,7 @@ from bgpd.exabgp.advertised import AdvertisedRoutes
 from bgpd.exabgp.flap import FlapPolicy, FlapState, held, on_down, release_at
 from bgpd.exabgp.plan import (
     DEFAULT_BATCH,
+    DEFAULT_WINDOW,
     Command,
     CommandKind,
     delta,
@@ -195,7 +196,7 @@ class DriverCore:
         self,
         *,
         node: NodeName,
-        window: int = 4,
+        window: int = DEFAULT_WINDOW,
         batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
         stall_gap: float = STALL_GAP,

@@ -8,7 +8,7 @@ subscribers' queues. Every decision about routes and commands is in core.py
 
 Public API (used by the reconciler, the speaker, status, metrics and MQTT):
 
-* ``ExaBGPDriver(node=..., socket_path=..., window=4, batch=100, ack_timeout=10.0,
+* ``ExaBGPDriver(node=..., socket_path=..., window=9, batch=100, ack_timeout=10.0,
   flush_delay=0.5, on_dead=None)``
 * ``await driver.start()`` / ``await driver.close()``: the unix socket the helper dials.
   ``driver.run()`` is the long-lived sender task (run it in the composition root's group).
@@ -50,8 +50,8 @@ Public API (used by the reconciler, the speaker, status, metrics and MQTT):
   (prefixes of the other family handed to a session: logged, never sent), ``last_error``
   (command text, without secrets: commands hold none).
 
-Flow control: at most ``window`` commands in flight (each up to ``batch`` prefixes; 4 x 100
-was the fastest measured: 10,000 routes at a BIRD peer in 0.84 s); acks are matched in
+Flow control: at most ``window`` commands in flight (each up to ``batch`` prefixes; 9 x 100,
+as many as ExaBGP's patched reactor takes in a turn: plan.DEFAULT_WINDOW); acks are matched in
 order, so a synchronous command (``announce eor``, answered at once by ExaBGP, overtaking
 queued ones) is only sent when nothing else is in flight, and nothing follows it until its
 answer. An ``error`` ack is logged with its command and counted; its routes fall back to
@@ -77,7 +77,7 @@ from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from bgpd.exabgp.core import DriverCore, DriverMode, DriverStats
-from bgpd.exabgp.plan import DEFAULT_BATCH
+from bgpd.exabgp.plan import DEFAULT_BATCH, DEFAULT_WINDOW
 from bgpd.exabgp.render import Neighbor
 from bgpd.logs import log
 from bgpd.model import (
@@ -117,7 +117,7 @@ class ExaBGPDriver:
         *,
         node: NodeName,
         socket_path: Path,
-        window: int = 4,
+        window: int = DEFAULT_WINDOW,
         batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
         flush_delay: float = 0.5,

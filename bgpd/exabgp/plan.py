@@ -8,7 +8,8 @@ acknowledged with the desired ones and returns the commands that close the gap:
   ``neighbor ... announce attributes next-hop self ... nlri P1 P2 ...``, at most
   ``batch`` prefixes a command: measured on ExaBGP 5.0.15, 100 prefixes a command with
   4 commands in flight brings 10,000 routes to a BIRD peer in 0.84 s, single-route
-  commands take 1.43 s and everything at once 7 s;
+  commands take 1.43 s and everything at once 7 s (the driver keeps DEFAULT_WINDOW
+  commands in flight);
 * a changed attribute is a plain re-announce (BGP implicit withdraw, RFC 4271 3.1);
 * every command names its peer (``neighbor A local-ip L``), since each peer gets its own
   route set.
@@ -31,6 +32,14 @@ from bgpd.model import DesiredRoutes, IPNetwork, PeerName, RouteAttributes
 
 #: Prefixes a command: the fastest measured batch size (lab notes).
 DEFAULT_BATCH = 100
+#: Commands in flight: as many as ExaBGP's reactor takes in one turn through the
+#: launcher (1,000 queued route steps, one per prefix and one per answer: 9 commands of
+#: 100; bgpd.exabgp.runtime refuses more). With 4, ExaBGP waited for commands whenever
+#: the speaker was busy between two answers, as it is at a first sync (the pass's
+#: records, Events, the answers themselves): 10,000 routes first to last at a BIRD peer
+#: took a median 0.57 s with 4 and 0.41 s with 9, seven runs each (docs/benchmarks.md,
+#: "The first decision to ExaBGP: session 10"). A lone change is one command either way.
+DEFAULT_WINDOW = 9
 
 
 class CommandKind(StrEnum):

@@ -31,6 +31,7 @@ from bgpd.exabgp import helper
 from bgpd.exabgp.driver import ExaBGPDriver
 from bgpd.exabgp.errors import CrashLoopError
 from bgpd.exabgp.launch import ASYNC_STEPS, STEPS_ENV, UNMODIFIED_MARK, queued_steps
+from bgpd.exabgp.plan import DEFAULT_BATCH, DEFAULT_WINDOW
 from bgpd.exabgp.reload import ConfigAction, Reconfiguration, reconfiguration
 from bgpd.exabgp.render import Rendering, render_env
 from bgpd.exabgp.workdir import write_private
@@ -93,8 +94,8 @@ class ExaBGPRuntime:
         work_dir: Path,
         exabgp_binary: str = "exabgp",
         prefix: Sequence[str] = (),
-        window: int = 4,
-        batch: int = 100,
+        window: int = DEFAULT_WINDOW,
+        batch: int = DEFAULT_BATCH,
         ack_timeout: float = 10.0,
         flush_delay: float = 0.5,
         stop_timeout: float = 5.0,

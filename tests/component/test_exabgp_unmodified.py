@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bgpd.exabgp import launch
+from bgpd.exabgp.plan import DEFAULT_BATCH, DEFAULT_WINDOW
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import helper_argv
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes
@@ -97,5 +98,5 @@ async def test_unmodified_exabgp_announces_and_withdraws(
     [line] = launcher_warnings(caplog)
     assert "running ExaBGP unmodified (requested" in line
     # The launcher read the unpatched limit from ExaBGP and compared the driver's window.
-    assert f"up to {launch.queued_steps(4, 100)} route steps queued" in line
+    assert f"up to {launch.queued_steps(DEFAULT_WINDOW, DEFAULT_BATCH)} route steps queued" in line
     assert "runs 50 a turn" in line

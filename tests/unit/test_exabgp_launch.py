@@ -337,6 +337,16 @@ def test_the_runtime_tells_the_launcher_what_the_driver_keeps_queued(tmp_path: A
         ExaBGPRuntime(node=NodeName("n1"), work_dir=tmp_path / "w", window=10, batch=100)
 
 
+def test_the_default_window_is_the_most_one_reactor_turn_takes() -> None:
+    """The driver keeps as many commands in flight as the patched ExaBGP runs in one turn
+    of its reactor (plan.DEFAULT_WINDOW: fewer left ExaBGP waiting at a first sync), and
+    not one more (the runtime refuses a window past it)."""
+    from bgpd.exabgp.plan import DEFAULT_BATCH, DEFAULT_WINDOW
+
+    assert launch.queued_steps(DEFAULT_WINDOW, DEFAULT_BATCH) <= launch.ASYNC_STEPS
+    assert launch.queued_steps(DEFAULT_WINDOW + 1, DEFAULT_BATCH) > launch.ASYNC_STEPS
+
+
 VERIFIED = dict(launch.RELIED_ON)
 
 
