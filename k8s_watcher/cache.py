@@ -616,6 +616,16 @@ class SpeakerSource(KubernetesSource):
             self._budget_wanted.set()
         self._previous = decision
 
+    def hold_events(self) -> None:
+        """Queue this speaker's Events without writing them until release_events()."""
+        if self.recorder is not None:
+            self.recorder.hold()
+
+    def release_events(self) -> None:
+        """Write the Events held since hold_events(), and those to come."""
+        if self.recorder is not None:
+            self.recorder.release()
+
     def observe_drain(self, event: str, fields: Mapping[str, object], *, withdrawn: bool) -> None:
         """A drain transition (`event`: the drain's log event name, bgpd.speaker.drain):
         an Event on the Node, and, when the drain withdrew or gave back the node's

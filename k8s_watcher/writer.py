@@ -203,6 +203,9 @@ class EventRecorder:
         self._buckets: dict[tuple[str, str, str], _TokenBucket] = {}
         self._written: dict[tuple[ObjectRef, EventType, str, str], _Written] = {}
         self._serial = 0
+        #: Cleared while the writes are held (hold()): Events are queued, not written.
+        self._open = asyncio.Event()
+        self._open.set()
         #: Counters for tests and metrics.
         self.recorded = 0
         self.rate_limited = 0
@@ -231,6 +234,15 @@ class EventRecorder:
         self.recorded += 1
         return True
 
+    def hold(self) -> None:
+        """Queue Events without writing them until release(): the speaker holds them
+        through its first sync, when the daemon's time is ExaBGP's first routes'."""
+        self._open.clear()
+
+    def release(self) -> None:
+        """Write the queued Events and those to come (hold() undone)."""
+        self._open.set()
+
     async def flush(self) -> None:
         """Wait until every queued Event was written or given up (tests, shutdown)."""
         await self._queue.join()
@@ -239,6 +251,7 @@ class EventRecorder:
         """Write queued Events until cancelled; failures are logged, never raised."""
         while True:
             pending = await self._queue.get()
+            await self._open.wait()
             try:
                 await self._write(pending)
             except KubernetesError as exc:

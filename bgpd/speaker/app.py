@@ -14,6 +14,8 @@ tasks:
   onSigterm says (withdraw; drain first; or retain at graceful-restart peers), then ends
   the group,
 * ``convergence`` times "decision applied -> ExaBGP accepted" for the metrics,
+* ``events-start`` (only when the source holds its Events: the Kubernetes API) lets
+  the source write its Events once the first decision's routes are accepted,
 * ``heap-freeze`` once the first decision's routes are accepted, collects and
   freezes the heap and hands the freed memory back (``bgpd.speaker.heap``: later full
   collections skip the first sync's objects); later, hands freed memory back whenever
@@ -138,6 +140,7 @@ from bgpd.speaker.source import (
     ConfigSource,
     DecisionObserver,
     DrainObserver,
+    HeldEvents,
     KindsSynced,
     NodeFirst,
     RunnableSource,
@@ -157,6 +160,9 @@ GC_FREEZE_WITHIN = 60.0
 #: many seconds (heap.collection_paused; a first sync that takes longer, e.g. an API
 #: that fails and is retried, is collected as usual from then on).
 FIRST_SYNC_GC_PAUSE = 60.0
+#: The source's Events (HeldEvents) are first written once the first decision's routes
+#: are accepted, or this many seconds after the first decision at the latest.
+EVENTS_START_WITHIN = 30.0
 #: The status objects are first written once the first decision's routes are
 #: acknowledged and every session is up, or this many seconds after the first decision
 #: at the latest (a session that needs longer is down, and the objects say so).
@@ -264,6 +270,10 @@ class Speaker:
         self._kinds = source if isinstance(source, KindsSynced) else None
         self._publisher = source if isinstance(source, StatusPublisher) else None
         self._node_first = source if isinstance(source, NodeFirst) else None
+        self._held_events = source if isinstance(source, HeldEvents) else None
+        if self._held_events is not None:
+            # Written once the first decision's routes are accepted (_release_events).
+            self._held_events.hold_events()
         #: Set when something the cluster's status objects show may have changed.
         self._status_wake = asyncio.Event()
         self.render_inputs = (
@@ -1157,6 +1167,18 @@ class Speaker:
         )
         self._render(*self._rendered_from)
 
+    async def _release_events(self, held: HeldEvents) -> None:
+        """The source's Events are held from the start (hold_events) and written once the
+        first decision's routes are accepted, or EVENTS_START_WITHIN seconds after it: at
+        10,000 Services the first decision records an Event for each of the first 100
+        Services and one aggregated Event (k8s_watcher.event_budget), and writing them
+        took ~75 ms of the daemon's CPU while ExaBGP took the routes (measured, CPU time
+        from the sync to the routes accepted: 0.36-0.39 s with them, 0.29-0.30 s
+        without). A stop releases them too (request_stop)."""
+        await self._first_decision.wait()
+        await self.driver.wait_converged(within=EVENTS_START_WITHIN)
+        held.release_events()
+
     async def _run_exabgp(self) -> None:
         await self.rendered.wait()
         try:
@@ -1234,6 +1256,8 @@ class Speaker:
         return ok
 
     def request_stop(self) -> None:
+        if self._held_events is not None:
+            self._held_events.release_events()
         self._drain_step(drain.stop(self.drain_state))
         self.bfd_follow.stop()
         self.stop_requested.set()
@@ -1285,6 +1309,8 @@ class Speaker:
                 tg.create_task(self._convergence(), name="convergence")
                 tg.create_task(self._hold_downs(), name="hold-downs")
                 tg.create_task(self._settle_heap(), name="heap-freeze")
+                if self._held_events is not None:
+                    tg.create_task(self._release_events(self._held_events), name="events-start")
                 if self._data_plane_checked:
                     tg.create_task(self._data_plane(), name="data-plane")
                 if self._publisher is not None:

@@ -14,7 +14,9 @@ construction (``isinstance``), so mypy checks both sides:
 * ``StatusPublisher``: writes this node's status objects in the cluster (the
   Kubernetes source, with SpeakerConfig clusterStatus);
 * ``NodeFirst``: knows this Node and the peers' passwords before the Services (the
-  Kubernetes source), so ExaBGP starts while the Services are listed and decided.
+  Kubernetes source), so ExaBGP starts while the Services are listed and decided;
+* ``HeldEvents``: writes its Events (the Kubernetes source) only once released, so the
+  speaker holds them while ExaBGP takes the first decision's routes.
 """
 
 from __future__ import annotations
@@ -93,6 +95,17 @@ class StatusPublisher(Protocol):
         """The whole desired state of this node's status objects: Service -> the peers
         that have its routes, and the BGPNodeStatus status (None: the Node is gone).
         Never blocks; the source coalesces and rate-limits the writes."""
+        ...
+
+
+@runtime_checkable
+class HeldEvents(Protocol):
+    def hold_events(self) -> None:
+        """Record Events as usual, write none of them until release_events()."""
+        ...
+
+    def release_events(self) -> None:
+        """Write the Events recorded meanwhile, and those to come."""
         ...
 
 

@@ -1,10 +1,11 @@
 """A reconciler pass hands its routes to the driver, and the driver's sender writes
 ExaBGP's first commands, before the rest of the pass runs (the decision's Events, the
 metrics, the last valid attributes written to the work directory): at the first sync
-ExaBGP is idle until it gets a command, and none of that work is ExaBGP's. What must not
+ExaBGP is idle until it gets a command, and none of that work is ExaBGP's. The source's
+Events are written only once the first decision's routes are accepted. What must not
 move with it: a node annotated to drain sends its first routes drained, never plain
 first. Without processes: a stand-in for the helper on the driver's socket records what
-the driver writes and answers only the idle probe, so route commands stay in flight."""
+the driver writes and answers the idle probe, and the route commands only when asked."""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ from bgpd.model import (
 from bgpd.objects import build_snapshot
 from bgpd.speaker.app import Speaker
 from bgpd.speaker.drain import ANNOTATION_DRAIN
+from k8s_watcher.writer import EventRecorder, EventType, ObjectRef
 from kbgpd_lab.kit.waiting import wait_until_async
 
 NODE = NodeName("n1")
+TOR = PeerName("tor")
 
 
 def snapshot(node_annotations: Mapping[str, str]) -> ClusterSnapshot:
@@ -59,6 +62,17 @@ class SyncedSource(StillSource):
         super().__init__(cluster, synced=True, changes=1)
         self.speaker: Speaker | None = None
         self.in_flight_when_observed: list[int] = []
+        #: "hold" and "release" calls, each with the routes ExaBGP had accepted by then.
+        self.events_held: list[tuple[str, int]] = []
+
+    def _accepted(self) -> int:
+        return 0 if self.speaker is None else len(self.speaker.driver.accepted().get(TOR, {}))
+
+    def hold_events(self) -> None:
+        self.events_held.append(("hold", self._accepted()))
+
+    def release_events(self) -> None:
+        self.events_held.append(("release", self._accepted()))
 
     def observe_decision(
         self,
@@ -72,7 +86,7 @@ class SyncedSource(StillSource):
 def speaker(tmp_path: Path, source: SyncedSource) -> Speaker:
     # A session from n1's address without asking the kernel (bgpd.peers).
     tor = replace(
-        peer("tor", "192.0.2.1", peer_asn=64500),
+        peer(TOR, "192.0.2.1", peer_asn=64500),
         source_address=ipaddress.ip_address("192.0.2.10"),
     )
     s = Speaker(
@@ -93,8 +107,9 @@ def speaker(tmp_path: Path, source: SyncedSource) -> Speaker:
 
 
 @contextlib.asynccontextmanager
-async def helper_connected(s: Speaker) -> AsyncIterator[list[str]]:
-    """The driver's socket and sender, and a helper that records every line it gets."""
+async def helper_connected(s: Speaker, *, answer: bool = False) -> AsyncIterator[list[str]]:
+    """The driver's socket and sender, and a helper that records every line it gets and
+    answers the idle probe, and with `answer` every command, ``done``."""
     lines: list[str] = []
     driver = s.driver
     await driver.start()
@@ -105,7 +120,7 @@ async def helper_connected(s: Speaker) -> AsyncIterator[list[str]]:
         while line := await reader.readline():
             text = line.decode().strip()
             lines.append(text)
-            if text == "#":  # the idle probe, answered as ExaBGP does (plan.probe_command)
+            if answer or text == "#":  # the idle probe: answered as ExaBGP does
                 writer.write(b"done\n")
 
     recorder = asyncio.create_task(record())
@@ -163,3 +178,56 @@ async def test_a_node_annotated_to_drain_sends_its_first_routes_drained(
         await first_pass(s)
         written = await announces(lines)
     assert all(f"community [ {GRACEFUL_SHUTDOWN} ]" in x for x in written), written
+
+
+async def test_events_are_written_once_the_first_routes_are_accepted(tmp_path: Path) -> None:
+    source = SyncedSource(snapshot({}))
+    s = speaker(tmp_path, source)
+    assert source.events_held == [("hold", 0)]  # from the start
+    release = asyncio.create_task(s._release_events(source))
+    try:
+        async with helper_connected(s, answer=True):
+            await first_pass(s)
+            async with asyncio.timeout(10):
+                await release
+    finally:
+        release.cancel()
+    assert source.events_held == [("hold", 0), ("release", 2)]
+
+
+async def test_a_stop_releases_the_events(tmp_path: Path) -> None:
+    source = SyncedSource(snapshot({}))
+    s = speaker(tmp_path, source)
+    s.request_stop()
+    assert source.events_held == [("hold", 0), ("release", 0)]
+
+
+class RecordingClient:
+    """Stands in for KubeClient: the Event writes it was asked for."""
+
+    def __init__(self) -> None:
+        self.requests: list[str] = []
+
+    async def request(self, method: str, path: str, **kwargs: object) -> dict[str, object]:
+        self.requests.append(f"{method} {path}")
+        return {}
+
+
+async def test_a_held_recorder_writes_nothing_until_released() -> None:
+    client = RecordingClient()
+    recorder = EventRecorder(client, component="test")  # type: ignore[arg-type]
+    recorder.hold()
+    writer = asyncio.create_task(recorder.run())
+    try:
+        assert recorder.record(ObjectRef.node("n1"), EventType.NORMAL, "Test", "held")
+        # Taken from the queue, then held.
+        await wait_until_async(recorder._queue.empty, what="the Event taken")
+        assert client.requests == []
+        recorder.release()
+        async with asyncio.timeout(10):
+            await recorder.flush()
+        assert client.requests == ["POST /api/v1/namespaces/default/events"]
+    finally:
+        writer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await writer
