@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,12 +22,22 @@ from exabgp.bgp.message.notification import Notify
 from exabgp.bgp.message.update.nlri.nlri import NLRI
 from exabgp.bgp.neighbor import Neighbor
 from exabgp.configuration.configuration import Configuration
+from exabgp.configuration.core import format as exabgp_format
+from exabgp.configuration.core import tokeniser
 from exabgp.environment import getenv
 from exabgp.logger import log
+from exabgp.logger.option import option as log_option
 from exabgp.protocol.family import AFI, SAFI, Family
+from exabgp.reactor.api import API
 from exabgp.reactor.api import processes as exabgp_processes
+from exabgp.reactor.api.command import announce as exabgp_announce
+from exabgp.reactor.api.command.command import Command
 from exabgp.reactor.asynchronous import ASYNC
 from exabgp.reactor.loop import Reactor
+from exabgp.rib import RIB
+from exabgp.rib.change import Change
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bgpd.exabgp import launch
 from kbgpd_lab.kit.exabgp_conf import NEIGHBORS
@@ -235,6 +246,9 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
     monkeypatch.setattr(Family, "family", FAMILY)
     monkeypatch.setattr(exabgp_processes, "subprocess", subprocess)  # the relay thread
+    monkeypatch.setattr(tokeniser, "tokens", exabgp_format.tokens)
+    for name in launch.ANNOUNCE_ATTRIBUTES:
+        monkeypatch.setitem(Command.callback["text"], name, exabgp_announce.announce_attributes)
     return original
 
 
@@ -253,6 +267,10 @@ def test_installed_exabgp_is_the_verified_one(
     assert Reactor._pending_adjribout is launch.no_pending_adjribout
     assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
     assert Family.family is launch.family
+    assert tokeniser.tokens is launch.tokens
+    for name in launch.ANNOUNCE_ATTRIBUTES:
+        assert Command.callback["text"][name] is launch.announce_attributes
+        assert name not in Command.callback["json"]  # ExaBGP registers it for text only
     assert warning_lines(capsys) == []
 
 
@@ -411,6 +429,9 @@ def assert_unmodified(
     assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
     assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
     assert Family.__dict__["family"] is FAMILY
+    assert tokeniser.tokens is exabgp_format.tokens
+    for name in launch.ANNOUNCE_ATTRIBUTES:
+        assert Command.callback["text"][name] is exabgp_announce.announce_attributes
     # The supervisor relays ExaBGP lines containing "warning" at WARNING level.
     [line] = warning_lines(capsys)
     assert line.startswith("kube-bgpd launcher warning: running ExaBGP unmodified")
@@ -529,3 +550,213 @@ def test_launcher_runs_exabgp_unmodified_when_asked() -> None:
     assert "ExaBGP : 5.0." in out.stdout
     [line] = out.stderr.splitlines()
     assert "running ExaBGP unmodified (requested" in line
+
+
+# --------------------------------------------------------------------------- the tokenizer
+
+#: ExaBGP's own tokenizer, as the tokeniser module calls it (before any test patched it).
+TOKENS = exabgp_format.tokens
+
+
+def token_groups(tokenize: Any, lines: list[str]) -> list[Any]:
+    """What a tokenizer yields for ``lines``, then the error it ends with (if any)."""
+    out: list[Any] = []
+    try:
+        out.extend(tokenize(iter(lines)))
+    except Exception as exc:  # compared as the same error
+        out.append((type(exc), str(exc)))
+    return out
+
+
+COMMAND = "neighbor 192.0.2.1 announce attributes next-hop self community [65000:1 65535:0] " + (
+    "nlri " + " ".join(f"10.99.0.{i}/32" for i in range(1, 101)) + " ;"
+)
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param([COMMAND], id="api-command"),
+        pytest.param(["neighbor 192.0.2.1 {", "  local-as 65001;", "}"], id="config-lines"),
+        pytest.param(["a { b; c [ d, e ] ; } f;"], id="groups-in-one-line"),
+        pytest.param(['description "a b; c";'], id="quoted"),
+        pytest.param(["a;", "b 'x y' ;"], id="quoted-second-line"),
+        pytest.param(["a ; # b ;", "c;"], id="comment"),
+        pytest.param(["a\\tb\\u0022c ;"], id="escapes-make-a-quote"),
+        pytest.param(["a\\nb ;"], id="escaped-newline"),
+        pytest.param(["a b"], id="unended-word"),
+        pytest.param(["a b ]"], id="unended-syntax"),
+        pytest.param(["a b "], id="unended-space"),
+        pytest.param(["a;", "b"], id="unended-second-line"),
+        pytest.param(["a ;\\"], id="escape-at-the-end"),
+        pytest.param(["", "  ", "\t\r"], id="blank"),
+        pytest.param(["a\x0bb\x0c ;", "é ;"], id="other-characters-are-words"),
+    ],
+)
+def test_tokens_same_result_as_exabgps_own(lines: list[str]) -> None:
+    assert token_groups(launch.tokens, lines) == token_groups(TOKENS, lines)
+
+
+#: Lines of the characters the tokenizer treats apart, a word's, and escapes.
+TOKEN_TEXT = st.lists(
+    st.lists(
+        st.sampled_from([*" \t\r\n;{}[],#\"'\\ab1./:", "\\u0022", "\\n", "é", "nlri"]),
+        max_size=16,
+    ).map("".join),
+    min_size=1,
+    max_size=3,
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(TOKEN_TEXT)
+def test_tokens_property_same_as_exabgps_own(lines: list[str]) -> None:
+    assert token_groups(launch.tokens, lines) == token_groups(TOKENS, lines)
+
+
+def test_tokens_reads_its_stream_line_by_line_as_the_original() -> None:
+    """The configuration's file reader counts the lines read for its error messages: a
+    group is yielded before the next line is read."""
+    for tokenize in (TOKENS, launch.tokens):
+        read: list[str] = []
+
+        def stream(read: list[str] = read) -> Any:
+            for line in ("a ; b ;", "c ;"):
+                read.append(line)
+                yield line
+
+        groups = tokenize(stream())
+        assert [word for _, _, word in next(groups)] == ["a", ";"]
+        assert read == ["a ; b ;"]
+        next(groups)
+        assert read == ["a ; b ;"]
+        next(groups)
+        assert read == ["a ; b ;", "c ;"]
+
+
+# --------------------------------------------------------------------------- announce attributes
+
+#: ExaBGP's own ``announce attributes`` command (before any test patched the registry).
+ANNOUNCE_COMMAND = exabgp_announce.announce_attributes
+
+
+class FakeReactor:
+    """What the ``announce attributes`` command uses of ExaBGP's reactor: its peers, its
+    configuration's neighbours (real ones, from the test configuration), the answers it
+    writes and the step it schedules."""
+
+    def __init__(self) -> None:
+        log.init(getenv())
+        self.configuration = Configuration([CONFIG], text=True)
+        assert self.configuration.reload(), self.configuration.error
+        self.answers: list[str] = []
+        self.scheduled: list[tuple[str, str, Any]] = []
+        self.processes = SimpleNamespace(
+            answer_done=lambda service: self.answers.append(f"done {service}"),
+            answer_error=lambda service: self.answers.append(f"error {service}"),
+        )
+        self.asynchronous = SimpleNamespace(
+            schedule=lambda *args: self.scheduled.append(args),
+        )
+
+    def peers(self, service: str) -> list[str]:
+        return list(self.configuration.neighbors)
+
+    def adj_rib_out(self) -> dict[str, list[str]]:
+        return {
+            name: [c.extensive() for c in neighbor.rib.outgoing._new_nlri.values()]
+            for name, neighbor in self.configuration.neighbors.items()
+        }
+
+
+class Logged:
+    """ExaBGP's logger writing to a list, at ``level`` with the "processes" lines on."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, level: str) -> None:
+        self.lines: list[str] = []
+        monkeypatch.setattr(log_option, "logit", {})
+        log_option._set_level(level)
+        monkeypatch.setattr(log_option, "enabled", {**log_option.enabled, "processes": True})
+        writer = SimpleNamespace(**dict.fromkeys(("info", "error", "debug"), self.lines.append))
+        monkeypatch.setattr(log_option, "logger", writer)
+        monkeypatch.setattr(log_option, "formater", lambda line, source, level, when: line)
+
+
+def run_steps(
+    command: Any, monkeypatch: pytest.MonkeyPatch, level: str, line: str
+) -> tuple[FakeReactor, Logged, Any, list[Any]]:
+    """One API command run to its end as ExaBGP's reactor would, over fresh adj-rib-outs
+    (ExaBGP keeps them per neighbour name across configurations): the reactor, the log,
+    what the command returned and the steps it yielded."""
+    monkeypatch.setattr(RIB, "_cache", {})
+    reactor = FakeReactor()
+    logged = Logged(monkeypatch, level)
+    returned = command(API(reactor), reactor, "speaker", line, False)
+    [(service, scheduled, steps)] = reactor.scheduled
+    assert (service, scheduled) == ("speaker", line)
+    return reactor, logged, returned, list(steps)
+
+
+def run_command(command: Any, monkeypatch: pytest.MonkeyPatch, level: str, line: str) -> Any:
+    """:func:`run_steps`, then the answers, the adj-rib-outs and the log lines."""
+    reactor, logged, returned, steps = run_steps(command, monkeypatch, level, line)
+    return returned, steps, reactor.answers, reactor.adj_rib_out(), logged.lines
+
+
+ANNOUNCE = (
+    "neighbor 192.0.2.1 announce attributes next-hop self med 5 nlri 10.99.0.1/32 10.99.0.2/32"
+)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        pytest.param(ANNOUNCE, id="one-neighbour"),
+        pytest.param(
+            "announce attributes next-hop self community [65000:1] "
+            "nlri 10.99.0.3/32 2001:db8::9/128",
+            id="every-neighbour-two-families",
+        ),
+        pytest.param("announce attribute next-hop 192.0.2.99 nlri 10.99.0.4/32", id="singular"),
+        pytest.param(
+            "neighbor 198.51.100.1 announce attributes next-hop self nlri 10.99.0.5/32",
+            id="no-neighbour",
+        ),
+        pytest.param("announce attributes next-hop self", id="no-route"),
+        pytest.param("announce attributes next-hop self nlri 10.99.0.300/32", id="bad-prefix"),
+    ],
+)
+@pytest.mark.parametrize("level", ["WARNING", "INFO"])
+def test_announce_attributes_same_result_as_exabgps_own(
+    monkeypatch: pytest.MonkeyPatch, line: str, level: str
+) -> None:
+    """The same answers, steps, routes in each adj-rib-out and log lines (at INFO the
+    per-route line too) as the original command."""
+    want = run_command(ANNOUNCE_COMMAND, monkeypatch, level, line)
+    got = run_command(launch.announce_attributes, monkeypatch, level, line)
+    assert got == want
+    if level == "INFO" and "nlri 10.99.0.1/32" in line:
+        assert any(text.startswith("route added to neighbor 192.0.2.1") for text in got[-1])
+
+
+def test_announce_attributes_formats_no_route_text_that_is_not_logged(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The point of the replacement: at WARNING (how the speaker runs ExaBGP) no route's
+    text is made for the INFO line; ExaBGP's own command makes one per route."""
+    made: list[str] = []
+    extensive = Change.extensive
+
+    def counted(change: Any) -> str:
+        made.append(change.nlri.cidr.prefix())
+        return str(extensive(change))
+
+    monkeypatch.setattr(Change, "extensive", counted)
+    reactor = run_steps(launch.announce_attributes, monkeypatch, "WARNING", ANNOUNCE)[0]
+    assert made == []
+    assert reactor.answers == ["done speaker"]
+    assert [len(routes) for routes in reactor.adj_rib_out().values()] == [2, 0, 0]
+    assert len(made) == 2  # the check above
+    made.clear()
+    run_steps(launch.announce_attributes, monkeypatch, "INFO", ANNOUNCE)
+    assert made == ["10.99.0.1/32", "10.99.0.2/32"]
