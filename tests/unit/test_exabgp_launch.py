@@ -174,18 +174,21 @@ PENDING_ADJRIBOUT = Reactor.__dict__["_pending_adjribout"]
 UNPACK_NLRI = NLRI.__dict__["unpack_nlri"]
 #: ExaBGP's own Family.family, before any test patched it.
 FAMILY = Family.__dict__["family"]
+#: ExaBGP's own Family constructor, before any test patched it.
+FAMILY_INIT = Family.__dict__["__init__"]
 
 
-@pytest.mark.parametrize(
-    ("afi", "safi"),
-    [
-        pytest.param(1, 1, id="ipv4-unicast"),
-        pytest.param(2, 1, id="ipv6-unicast"),
-        pytest.param(AFI.ipv4, SAFI.multicast, id="created"),
-        pytest.param(0, 0, id="undefined-is-falsy"),
-        pytest.param(99, 77, id="unknown-not-cached"),
-    ],
-)
+#: Families to build: known ones, one from create(), the falsy undefined, unknown values.
+FAMILIES = [
+    pytest.param(1, 1, id="ipv4-unicast"),
+    pytest.param(2, 1, id="ipv6-unicast"),
+    pytest.param(AFI.ipv4, SAFI.multicast, id="created"),
+    pytest.param(0, 0, id="undefined-is-falsy"),
+    pytest.param(99, 77, id="unknown-not-cached"),
+]
+
+
+@pytest.mark.parametrize(("afi", "safi"), FAMILIES)
 def test_family_same_result_as_exabgps_own(afi: int, safi: int) -> None:
     """A new Family each call, holding the very AFI and SAFI objects the original's
     constructor gets from AFI.create() and SAFI.create() (equal values for the unknown
@@ -201,6 +204,20 @@ def test_family_same_result_as_exabgps_own(afi: int, safi: int) -> None:
             assert (mine is theirs) == (known is not None)
         assert got is not launch.family(route)
         assert got.afi_safi() == route.afi_safi()
+
+
+@pytest.mark.parametrize(("afi", "safi"), FAMILIES)
+def test_family_init_same_result_as_exabgps_own(afi: int, safi: int) -> None:
+    """The same fields as the original constructor: the very AFI and SAFI objects
+    AFI.create() and SAFI.create() give (equal new ones for the unknown values)."""
+    want, got = object.__new__(Family), object.__new__(Family)
+    FAMILY_INIT(want, afi, safi)
+    launch.family_init(got, afi, safi)
+    assert vars(got) == vars(want)
+    assert [type(v) for v in vars(got).values()] == [type(v) for v in vars(want).values()]
+    cached = (AFI.cache.get(afi), SAFI.cache.get(safi))
+    for mine, theirs, known in zip(got.afi_safi(), want.afi_safi(), cached, strict=True):
+        assert (mine is theirs) == (known is not None)
 
 
 @pytest.mark.parametrize(
@@ -250,6 +267,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(Reactor, "_pending_adjribout", PENDING_ADJRIBOUT)
     monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
     monkeypatch.setattr(Family, "family", FAMILY)
+    monkeypatch.setattr(Family, "__init__", FAMILY_INIT)
     monkeypatch.setattr(exabgp_processes, "subprocess", subprocess)  # the relay thread
     monkeypatch.setattr(tokeniser, "tokens", exabgp_format.tokens)
     for name in launch.ANNOUNCE_ATTRIBUTES:
@@ -274,6 +292,7 @@ def test_installed_exabgp_is_the_verified_one(
     assert Reactor._pending_adjribout is launch.no_pending_adjribout
     assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
     assert Family.family is launch.family
+    assert Family.__init__ is launch.family_init
     assert tokeniser.tokens is launch.tokens
     assert exabgp_update.sorted is launch.nlri_sorted
     for name in launch.ANNOUNCE_ATTRIBUTES:
@@ -437,6 +456,7 @@ def assert_unmodified(
     assert Reactor.__dict__["_pending_adjribout"] is PENDING_ADJRIBOUT
     assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
     assert Family.__dict__["family"] is FAMILY
+    assert Family.__dict__["__init__"] is FAMILY_INIT
     assert tokeniser.tokens is exabgp_format.tokens
     assert "sorted" not in vars(exabgp_update)
     for name in launch.ANNOUNCE_ATTRIBUTES:
