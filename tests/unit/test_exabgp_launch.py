@@ -176,6 +176,8 @@ UNPACK_NLRI = NLRI.__dict__["unpack_nlri"]
 FAMILY = Family.__dict__["family"]
 #: ExaBGP's own Family constructor, before any test patched it.
 FAMILY_INIT = Family.__dict__["__init__"]
+#: ExaBGP's own Family.index, before any test patched it.
+FAMILY_INDEX = Family.__dict__["index"]
 
 
 #: Families to build: known ones, one from create(), the falsy undefined, unknown values.
@@ -218,6 +220,18 @@ def test_family_init_same_result_as_exabgps_own(afi: int, safi: int) -> None:
     cached = (AFI.cache.get(afi), SAFI.cache.get(safi))
     for mine, theirs, known in zip(got.afi_safi(), want.afi_safi(), cached, strict=True):
         assert (mine is theirs) == (known is not None)
+
+
+@pytest.mark.parametrize(("afi", "safi"), FAMILIES)
+def test_family_index_same_result_as_exabgps_own(afi: int, safi: int) -> None:
+    """The same bytes for a Family, a route's NLRI, and a family whose fields are not
+    ExaBGP's int types (formatted as the original does, not cached)."""
+    _, [change] = parse("attributes next-hop self nlri 10.99.0.7/32")
+    plain = object.__new__(Family)
+    plain.afi, plain.safi = int(afi), int(safi)
+    for route in (Family(afi, safi), change.nlri, plain):
+        assert launch.family_index(route) == FAMILY_INDEX(route)
+        assert launch.family_index(route) == FAMILY_INDEX(route)  # cached the second time
 
 
 @pytest.mark.parametrize(
@@ -268,6 +282,7 @@ def exabgp_restored(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     monkeypatch.setattr(NLRI, "unpack_nlri", UNPACK_NLRI)
     monkeypatch.setattr(Family, "family", FAMILY)
     monkeypatch.setattr(Family, "__init__", FAMILY_INIT)
+    monkeypatch.setattr(Family, "index", FAMILY_INDEX)
     monkeypatch.setattr(exabgp_processes, "subprocess", subprocess)  # the relay thread
     monkeypatch.setattr(tokeniser, "tokens", exabgp_format.tokens)
     for name in launch.ANNOUNCE_ATTRIBUTES:
@@ -293,6 +308,7 @@ def test_installed_exabgp_is_the_verified_one(
     assert NLRI.__dict__["unpack_nlri"].__func__ is launch.unpack_nlri
     assert Family.family is launch.family
     assert Family.__init__ is launch.family_init
+    assert Family.index is launch.family_index
     assert tokeniser.tokens is launch.tokens
     assert exabgp_update.sorted is launch.nlri_sorted
     for name in launch.ANNOUNCE_ATTRIBUTES:
@@ -457,6 +473,7 @@ def assert_unmodified(
     assert NLRI.__dict__["unpack_nlri"] is UNPACK_NLRI
     assert Family.__dict__["family"] is FAMILY
     assert Family.__dict__["__init__"] is FAMILY_INIT
+    assert Family.__dict__["index"] is FAMILY_INDEX
     assert tokeniser.tokens is exabgp_format.tokens
     assert "sorted" not in vars(exabgp_update)
     for name in launch.ANNOUNCE_ATTRIBUTES:
