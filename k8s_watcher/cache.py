@@ -495,8 +495,12 @@ class KubernetesSource:
                 slices.pop(skey, None)
             touched.add(skey)
         if new is not None and (skey := new.service_key) is not None:
-            rest = tuple(s for s in slices.get(skey, ()) if s.name != new.name)
-            slices[skey] = tuple(sorted((*rest, new), key=_slice_name))
+            current = slices.get(skey)
+            if current is None:  # the Service's first slice (every slice of a first list)
+                slices[skey] = (new,)
+            else:
+                rest = tuple(s for s in current if s.name != new.name)
+                slices[skey] = tuple(sorted((*rest, new), key=_slice_name))
             touched.add(skey)
         if not touched:
             return

@@ -491,13 +491,19 @@ class Informer(Generic[T]):
         is not replaced, and nothing reads the store between two of these steps (they
         run without an await)."""
         cache = self._cache
+        handler = self._handler
+        if not cache:  # a first list: every object is new
+            for key, new in fresh.items():
+                cache[key] = new
+                handler(key, None, new)
+            return
         for key in [key for key in cache if key not in fresh]:
-            self._handler(key, cache.pop(key), None)
+            handler(key, cache.pop(key), None)
         for key, new in fresh.items():
             old = cache.get(key)
             if old is None or old != new:
                 cache[key] = new
-                self._handler(key, old, new)
+                handler(key, old, new)
 
     # ------------------------------------------------------------------ watch
 
