@@ -20,11 +20,12 @@ import binascii
 import functools
 import ipaddress
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeGuard
+from typing import Any, Final, TypeGuard
 
 from bgpd.model import (
     EMPTY_LABELS,
@@ -73,77 +74,88 @@ class DumpError(ValueError):
 
 
 # --------------------------------------------------------------------------- field access
+#
+# Every accessor names the field it refuses as `where` + `part` + "." + key: `where` names
+# the object ("Service shop/web"), `part` the path inside it (".spec.ports[0]"). The two are
+# joined only when a message is written, so reading a valid object builds no path text
+# (a first list converts 20,000 objects at 10,000 Services).
 
 
-def _is_map(value: object) -> TypeGuard[Mapping[str, Any]]:
+def is_mapping(value: object) -> TypeGuard[Mapping[str, Any]]:
     """isinstance(value, Mapping) with a fast path: JSON and YAML give plain dicts, and the
     ABC check costs more than the rest of a conversion (measured on 10,000 Services)."""
     return type(value) is dict or isinstance(value, Mapping)
 
 
-def _map(obj: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+def _map(obj: Mapping[str, Any], key: str, where: str, part: str = "") -> Mapping[str, Any]:
     """obj[key] as a mapping; absent or null is an empty mapping (the API omits empty
     fields), anything else is an error."""
     value = obj.get(key)
     if value is None:
         return {}
-    if not _is_map(value):
-        raise ObjectError(f"{where}.{key}: expected an object, got {type(value).__name__}")
+    if not is_mapping(value):
+        raise ObjectError(f"{where}{part}.{key}: expected an object, got {type(value).__name__}")
     return value
 
 
-def _list(obj: Mapping[str, Any], key: str, where: str) -> Sequence[Any]:
+def _list(obj: Mapping[str, Any], key: str, where: str, part: str = "") -> Sequence[Any]:
     value = obj.get(key)
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise ObjectError(f"{where}.{key}: expected a list, got {type(value).__name__}")
+        raise ObjectError(f"{where}{part}.{key}: expected a list, got {type(value).__name__}")
     return value
 
 
-def _str(obj: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> str | None:
+def _str(
+    obj: Mapping[str, Any], key: str, where: str, part: str = "", *, required: bool = False
+) -> str | None:
     value = obj.get(key)
+    if type(value) is str:
+        return value
     if value is None:
         if required:
-            raise ObjectError(f"{where}.{key}: required")
+            raise ObjectError(f"{where}{part}.{key}: required")
         return None
     if not isinstance(value, str):
-        raise ObjectError(f"{where}.{key}: expected a string, got {type(value).__name__}")
+        raise ObjectError(f"{where}{part}.{key}: expected a string, got {type(value).__name__}")
     return value
 
 
-def _required(obj: Mapping[str, Any], key: str, where: str) -> str:
-    value = _str(obj, key, where, required=True)
+def _required(obj: Mapping[str, Any], key: str, where: str, part: str = "") -> str:
+    value = _str(obj, key, where, part, required=True)
     assert value is not None  # _str raised otherwise
     return value
 
 
-def _bool(obj: Mapping[str, Any], key: str, where: str) -> bool | None:
+def _bool(obj: Mapping[str, Any], key: str, where: str, part: str = "") -> bool | None:
     """A tri-state condition: None when unset, as EndpointConditions define it."""
     value = obj.get(key)
     if value is None or isinstance(value, bool):
         return value
-    raise ObjectError(f"{where}.{key}: expected true or false, got {value!r}")
+    raise ObjectError(f"{where}{part}.{key}: expected true or false, got {value!r}")
 
 
-def _string_map(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
-    raw = _map(meta, key, where)
+def _string_map(meta: Mapping[str, Any], key: str, where: str, part: str = "") -> Mapping[str, str]:
+    raw = _map(meta, key, where, part)
     for k, v in raw.items():
         if not isinstance(k, str) or not isinstance(v, str):
-            raise ObjectError(f"{where}.{key}: {k!r} must map a string to a string")
+            raise ObjectError(f"{where}{part}.{key}: {k!r} must map a string to a string")
     return raw
 
 
-def _labels(meta: Mapping[str, Any], key: str, where: str) -> Mapping[str, str]:
+def _labels(meta: Mapping[str, Any], key: str, where: str, part: str) -> Mapping[str, str]:
     """A read-only string-to-string map; its keys interned (label keys repeat across
     objects), and the one shared empty map when empty (most objects)."""
-    raw = _string_map(meta, key, where)
+    raw = _string_map(meta, key, where, part)
     return MappingProxyType({sys.intern(k): v for k, v in raw.items()}) if raw else EMPTY_LABELS
 
 
 def _annotations(meta: Mapping[str, Any], where: str) -> Mapping[str, str]:
     """metadata.annotations, checked whole and kept only under KEPT_ANNOTATION_PREFIXES."""
-    raw = _string_map(meta, "annotations", where)
+    raw = _string_map(meta, "annotations", where, ".metadata")
+    if not raw:
+        return EMPTY_LABELS
     kept = {sys.intern(k): v for k, v in raw.items() if k.startswith(KEPT_ANNOTATION_PREFIXES)}
     return MappingProxyType(kept) if kept else EMPTY_LABELS
 
@@ -155,31 +167,58 @@ def _interned(value: str | None) -> str | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def shared_ports(ports: tuple[ServicePort, ...]) -> tuple[ServicePort, ...]:
-    """One tuple (and one ServicePort each) for every Service with equal ports: most
-    Services of a cluster expose the same few (80/TCP, 443/TCP), and the caches hold
-    every Service (10,000 Services: ~1 MiB less). Bounded: past 1,024 distinct port
-    lists the least recently seen ones are copies again, which is only memory."""
-    return ports
+def shared_ports(ports: tuple[tuple[int, str, str], ...]) -> tuple[ServicePort, ...]:
+    """The ServicePorts of spec.ports read as (port, protocol, name): one tuple (and one
+    ServicePort each) for every Service with equal ports. Most Services of a cluster
+    expose the same few (80/TCP, 443/TCP), and the caches hold every Service (10,000
+    Services: ~1 MiB less); keyed by the plain values, a Service whose ports were seen
+    before builds no ServicePort at all. Bounded: past 1,024 distinct port lists the least
+    recently seen ones are built again, which is only memory and time."""
+    return tuple(
+        ServicePort(port=port, protocol=sys.intern(protocol), name=name)
+        for port, protocol, name in ports
+    )
 
 
 @functools.lru_cache(maxsize=64)
 def shared_families(families: tuple[str, ...]) -> tuple[str, ...]:
-    """One tuple for each spec.ipFamilies value (there are four), as shared_ports()."""
-    return families
+    """One tuple for each spec.ipFamilies value (there are four), as shared_ports(), its
+    strings interned."""
+    return tuple(sys.intern(f) for f in families)
 
 
-def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[str, str, str]:
-    """(namespace, name, where) from metadata; `where` prefixes every error message."""
-    if not _is_map(obj):
+#: spec.externalTrafficPolicy's values, looked up without the enum's call.
+_POLICIES: Final = {policy.value: policy for policy in TrafficPolicy}
+
+#: A dotted quad as ipaddress.IPv4Address accepts it: four decimal octets of 0-255 with
+#: no leading zero, ASCII digits only.
+_OCTET: Final = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_DOTTED_QUAD: Final = re.compile(rf"{_OCTET}\.{_OCTET}\.{_OCTET}\.{_OCTET}")
+
+
+def ip_address(text: str) -> IPAddress:
+    """ipaddress.ip_address(text), an IPv4 address read without ipaddress's octet-by-octet
+    parsing in Python (0.9 against 1.4-1.6 us, once per Service's ingress IP in a first
+    list): the pattern admits exactly the dotted quads ipaddress accepts, and anything else
+    (IPv6, an error) goes to ipaddress itself. tests/unit/test_objects_paths.py holds the two
+    equal on generated text. ValueError when `text` is not an address."""
+    if _DOTTED_QUAD.fullmatch(text):
+        a, b, c, d = text.split(".")
+        return ipaddress.IPv4Address((int(a) << 24) | (int(b) << 16) | (int(c) << 8) | int(d))
+    return ipaddress.ip_address(text)
+
+
+def _meta(obj: Any, kind: str, *, namespaced: bool) -> tuple[Mapping[str, Any], str, str, str]:
+    """(metadata, namespace, name, where) of an object; `where` begins every error
+    message."""
+    if not is_mapping(obj):
         raise ObjectError(f"{kind}: expected an object, got {type(obj).__name__}")
     meta = _map(obj, "metadata", kind)
-    name = _required(meta, "name", f"{kind}.metadata")
-    namespace = (
-        sys.intern(_required(meta, "namespace", f"{kind} {name}.metadata")) if namespaced else ""
-    )
-    where = f"{kind} {namespace}/{name}" if namespaced else f"{kind} {name}"
-    return namespace, name, where
+    name = _required(meta, "name", kind, ".metadata")
+    if not namespaced:
+        return meta, "", name, f"{kind} {name}"
+    namespace = sys.intern(_required(meta, "namespace", f"{kind} {name}", ".metadata"))
+    return meta, namespace, name, f"{kind} {namespace}/{name}"
 
 
 # --------------------------------------------------------------------------- kinds
@@ -191,50 +230,52 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     Ingress entries without `ip` (hostname-only, written by cloud load balancers) are
     skipped: only IPs can be announced. spec.type defaults to ClusterIP as the API does.
     """
-    namespace, name, where = _meta(obj, "Service", namespaced=True)
-    meta = _map(obj, "metadata", where)
+    meta, namespace, name, where = _meta(obj, "Service", namespaced=True)
     spec = _map(obj, "spec", where)
     status = _map(obj, "status", where)
-    lb_status = _map(status, "loadBalancer", f"{where}.status")
+    lb_status = _map(status, "loadBalancer", where, ".status")
 
     ingress: list[IPAddress] = []
-    for i, entry in enumerate(_list(lb_status, "ingress", f"{where}.status.loadBalancer")):
-        at = f"{where}.status.loadBalancer.ingress[{i}]"
-        if not _is_map(entry):
-            raise ObjectError(f"{at}: expected an object")
-        text = _str(entry, "ip", at)
+    for i, entry in enumerate(_list(lb_status, "ingress", where, ".status.loadBalancer")):
+        if not is_mapping(entry):
+            raise ObjectError(f"{where}.status.loadBalancer.ingress[{i}]: expected an object")
+        text = entry.get("ip")
         if text is None:
             continue
+        if type(text) is not str:
+            _str(entry, "ip", where, f".status.loadBalancer.ingress[{i}]")  # raises
         try:
-            ingress.append(ipaddress.ip_address(text))
+            ingress.append(ip_address(text))
         except ValueError as exc:
-            raise ObjectError(f"{at}.ip: {text!r} is not an IP address") from exc
+            raise ObjectError(
+                f"{where}.status.loadBalancer.ingress[{i}].ip: {text!r} is not an IP address"
+            ) from exc
 
-    policy_text = _str(spec, "externalTrafficPolicy", f"{where}.spec") or "Cluster"
-    try:
-        policy = TrafficPolicy(policy_text)
-    except ValueError as exc:
+    policy_text = _str(spec, "externalTrafficPolicy", where, ".spec") or "Cluster"
+    policy = _POLICIES.get(policy_text)
+    if policy is None:
         raise ObjectError(
             f"{where}.spec.externalTrafficPolicy: {policy_text!r} is not Cluster or Local"
-        ) from exc
-
-    ports: list[ServicePort] = []
-    for i, entry in enumerate(_list(spec, "ports", f"{where}.spec")):
-        at = f"{where}.spec.ports[{i}]"
-        if not _is_map(entry):
-            raise ObjectError(f"{at}: expected an object")
-        port = entry.get("port")
-        if not isinstance(port, int) or isinstance(port, bool):
-            raise ObjectError(f"{at}.port: expected an integer, got {port!r}")
-        ports.append(
-            ServicePort(
-                port=port,
-                protocol=sys.intern(_str(entry, "protocol", at) or "TCP"),
-                name=_str(entry, "name", at) or "",
-            )
         )
 
-    families = _list(spec, "ipFamilies", f"{where}.spec")
+    ports: list[tuple[int, str, str]] = []
+    for i, entry in enumerate(_list(spec, "ports", where, ".spec")):
+        if not is_mapping(entry):
+            raise ObjectError(f"{where}.spec.ports[{i}]: expected an object")
+        port = entry.get("port")
+        if type(port) is not int and (not isinstance(port, int) or isinstance(port, bool)):
+            raise ObjectError(f"{where}.spec.ports[{i}].port: expected an integer, got {port!r}")
+        protocol = entry.get("protocol")
+        port_name = entry.get("name")
+        if (protocol is not None and type(protocol) is not str) or (
+            port_name is not None and type(port_name) is not str
+        ):
+            at = f".spec.ports[{i}]"
+            protocol = _str(entry, "protocol", where, at)
+            port_name = _str(entry, "name", where, at)
+        ports.append((port, protocol or "TCP", port_name or ""))
+
+    families = _list(spec, "ipFamilies", where, ".spec")
     if not all(isinstance(f, str) for f in families):
         raise ObjectError(f"{where}.spec.ipFamilies: expected a list of strings")
     selector = spec.get("selector")
@@ -244,21 +285,21 @@ def service_from_api(obj: Mapping[str, Any]) -> Service:
     ):
         raise ObjectError(f"{where}.spec.healthCheckNodePort: {hcnp!r} is not a port 1-65535")
     return Service(
-        namespace=namespace,
-        name=name,
-        type=sys.intern(_str(spec, "type", f"{where}.spec") or "ClusterIP"),
-        uid=_str(meta, "uid", f"{where}.metadata") or "",
-        load_balancer_class=_str(spec, "loadBalancerClass", f"{where}.spec"),
-        external_traffic_policy=policy,
-        ingress_ips=tuple(ingress),
-        load_balancer_ip=_str(spec, "loadBalancerIP", f"{where}.spec") or None,
-        ip_families=shared_families(tuple(sys.intern(f) for f in families)),
-        ip_family_policy=_interned(_str(spec, "ipFamilyPolicy", f"{where}.spec")),
-        ports=shared_ports(tuple(ports)),
-        selector=None if selector is None else _labels(spec, "selector", f"{where}.spec"),
-        labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_annotations(meta, f"{where}.metadata"),
-        health_check_node_port=hcnp,
+        namespace,
+        name,
+        sys.intern(_str(spec, "type", where, ".spec") or "ClusterIP"),
+        _str(meta, "uid", where, ".metadata") or "",
+        _str(spec, "loadBalancerClass", where, ".spec"),
+        policy,
+        tuple(ingress),
+        _str(spec, "loadBalancerIP", where, ".spec") or None,
+        shared_families(tuple(families)),
+        _interned(_str(spec, "ipFamilyPolicy", where, ".spec")),
+        shared_ports(tuple(ports)),
+        None if selector is None else _labels(spec, "selector", where, ".spec"),
+        _labels(meta, "labels", where, ".metadata"),
+        _annotations(meta, where),
+        hcnp,
     )
 
 
@@ -268,33 +309,32 @@ def endpoint_slice_from_api(obj: Mapping[str, Any]) -> EndpointSlice:
     Conditions keep Kubernetes' tri-state: an unset `ready` is not False (the API says
     consumers should interpret unknown as ready), and Endpoint.can_serve relies on it.
     """
-    namespace, name, where = _meta(obj, "EndpointSlice", namespaced=True)
-    meta = _map(obj, "metadata", where)
-    labels = _string_map(meta, "labels", f"{where}.metadata")
+    meta, namespace, name, where = _meta(obj, "EndpointSlice", namespaced=True)
+    labels = _string_map(meta, "labels", where, ".metadata")
     endpoints: list[Endpoint] = []
     for i, entry in enumerate(_list(obj, "endpoints", where)):
-        at = f"{where}.endpoints[{i}]"
-        if not _is_map(entry):
-            raise ObjectError(f"{at}: expected an object")
-        addresses = _list(entry, "addresses", at)
+        if not is_mapping(entry):
+            raise ObjectError(f"{where}.endpoints[{i}]: expected an object")
+        at = f".endpoints[{i}]"
+        addresses = _list(entry, "addresses", where, at)
         if not all(isinstance(a, str) for a in addresses):
-            raise ObjectError(f"{at}.addresses: expected a list of strings")
-        cond = _map(entry, "conditions", at)
+            raise ObjectError(f"{where}{at}.addresses: expected a list of strings")
+        cond = _map(entry, "conditions", where, at)
         endpoints.append(
             Endpoint(
-                addresses=tuple(addresses),
-                node_name=_interned(_str(entry, "nodeName", at)),
-                ready=_bool(cond, "ready", f"{at}.conditions"),
-                serving=_bool(cond, "serving", f"{at}.conditions"),
-                terminating=_bool(cond, "terminating", f"{at}.conditions"),
+                tuple(addresses),
+                _interned(_str(entry, "nodeName", where, at)),
+                _bool(cond, "ready", where, f"{at}.conditions"),
+                _bool(cond, "serving", where, f"{at}.conditions"),
+                _bool(cond, "terminating", where, f"{at}.conditions"),
             )
         )
     return EndpointSlice(
-        namespace=namespace,
-        name=name,
-        service_name=labels.get(SERVICE_NAME_LABEL),
-        address_type=sys.intern(_str(obj, "addressType", where) or "IPv4"),
-        endpoints=tuple(endpoints),
+        namespace,
+        name,
+        labels.get(SERVICE_NAME_LABEL),
+        sys.intern(_str(obj, "addressType", where) or "IPv4"),
+        tuple(endpoints),
     )
 
 
@@ -304,26 +344,26 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
     Only the NetworkUnavailable condition's status is kept, never its heartbeat or
     transition times, so the kubelet's periodic status updates convert to equal Nodes.
     """
-    _, name, where = _meta(obj, "Node", namespaced=False)
-    meta = _map(obj, "metadata", where)
+    meta, _, name, where = _meta(obj, "Node", namespaced=False)
     status = _map(obj, "status", where)
     unavailable = False
-    for i, cond in enumerate(_list(status, "conditions", f"{where}.status")):
-        at = f"{where}.status.conditions[{i}]"
-        if not _is_map(cond):
-            raise ObjectError(f"{at}: expected an object")
+    for i, cond in enumerate(_list(status, "conditions", where, ".status")):
+        if not is_mapping(cond):
+            raise ObjectError(f"{where}.status.conditions[{i}]: expected an object")
         if cond.get("type") == NETWORK_UNAVAILABLE:
-            unavailable = _str(cond, "status", at) == "True"
+            unavailable = _str(cond, "status", where, f".status.conditions[{i}]") == "True"
     addresses: list[tuple[str, str]] = []
-    for i, entry in enumerate(_list(status, "addresses", f"{where}.status")):
-        at = f"{where}.status.addresses[{i}]"
-        if not _is_map(entry):
-            raise ObjectError(f"{at}: expected an object")
-        addresses.append((_required(entry, "type", at), _required(entry, "address", at)))
+    for i, entry in enumerate(_list(status, "addresses", where, ".status")):
+        at = f".status.addresses[{i}]"
+        if not is_mapping(entry):
+            raise ObjectError(f"{where}{at}: expected an object")
+        addresses.append(
+            (_required(entry, "type", where, at), _required(entry, "address", where, at))
+        )
     return Node(
         name=NodeName(name),
-        labels=_labels(meta, "labels", f"{where}.metadata"),
-        annotations=_annotations(meta, f"{where}.metadata"),
+        labels=_labels(meta, "labels", where, ".metadata"),
+        annotations=_annotations(meta, where),
         network_unavailable=unavailable,
         addresses=tuple(addresses),
         uid=str(meta.get("uid", "")),
@@ -332,9 +372,8 @@ def node_from_api(obj: Mapping[str, Any]) -> Node:
 
 def namespace_from_api(obj: Mapping[str, Any]) -> Namespace:
     """core/v1 Namespace -> model.Namespace (labels feed serviceAllocation.namespaceSelectors)."""
-    _, name, where = _meta(obj, "Namespace", namespaced=False)
-    meta = _map(obj, "metadata", where)
-    return Namespace(name=name, labels=_labels(meta, "labels", f"{where}.metadata"))
+    meta, _, name, where = _meta(obj, "Namespace", namespaced=False)
+    return Namespace(name=name, labels=_labels(meta, "labels", where, ".metadata"))
 
 
 def build_snapshot(
@@ -419,7 +458,7 @@ class _Refused(Exception):
 def _read_object(kind: str, obj: object) -> tuple[str, Any] | None:
     """(kind, what the dump gives for it): a model object, or for a Secret ((namespace,
     name), password); None for kinds that change no decision. Raises _Refused."""
-    if not _is_map(obj):
+    if not is_mapping(obj):
         raise _Refused(f": expected an object, got {type(obj).__name__}")
     if not kind:
         raise _Refused(": has no kind")
@@ -445,7 +484,7 @@ def _read_object(kind: str, obj: object) -> tuple[str, Any] | None:
 
 
 def _kind_of(obj: object, default: str) -> str:
-    kind = obj.get("kind", default) if _is_map(obj) else default
+    kind = obj.get("kind", default) if is_mapping(obj) else default
     return kind if isinstance(kind, str) else ""
 
 
@@ -460,7 +499,7 @@ def _read(parts: Iterable[Part]) -> Iterator[tuple[str, Any]]:
     number = 0
     for part in parts:
         if isinstance(part, Item):
-            if _is_map(part.value) and "kind" not in part.value:
+            if is_mapping(part.value) and "kind" not in part.value:
                 kindless.append(part)  # its kind is the List's, said after the items
                 continue
             kind = _kind_of(part.value, "")
@@ -469,7 +508,7 @@ def _read(parts: Iterable[Part]) -> Iterator[tuple[str, Any]]:
         number += 1
         doc_where = "dump" if number == 1 and part.last else f"document {number}"
         doc = part.value
-        if _is_map(doc):
+        if is_mapping(doc):
             kind = _kind_of(doc, "")
             if kind.endswith("List"):
                 items = doc.get("items")

@@ -44,7 +44,7 @@ from collections.abc import (
 )
 from collections.abc import Set as AbstractSet
 from types import MappingProxyType
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast, overload
 
 from bgpd.logs import log
 from bgpd.model import (
@@ -89,6 +89,7 @@ def _is_lb(service: Service | None) -> bool:
 
 K = TypeVar("K")
 V = TypeVar("V")
+D = TypeVar("D")
 
 
 class _Gone:
@@ -96,6 +97,8 @@ class _Gone:
 
 
 _GONE = _Gone()
+#: What a dictionary's get() returns for an absent key, told apart from any value.
+_ABSENT: Any = object()
 
 
 def _layered_get(base: dict[K, V], overlay: dict[K, V | _Gone], key: K) -> V:
@@ -108,13 +111,49 @@ def _layered_get(base: dict[K, V], overlay: dict[K, V | _Gone], key: K) -> V:
     return base[key]
 
 
+def _layered_get_or(base: dict[K, V], overlay: dict[K, V | _Gone], key: K, default: D) -> V | D:
+    """`key`'s value in `base` under `overlay`, else `default`: Mapping.get without the
+    KeyError it raises and catches for every absent key (a Service without slices, every
+    key of a first list)."""
+    value = overlay.get(key, _ABSENT)
+    if value is _ABSENT:
+        return base.get(key, default)
+    if isinstance(value, _Gone):
+        return default
+    return cast("V", value)
+
+
 def _layered_contains(base: dict[K, V], overlay: dict[K, V | _Gone], key: object) -> bool:
     if key in overlay:
         return not isinstance(overlay[key], _Gone)
     return key in base
 
 
-class _Layered(Mapping[K, V]):
+class _Lookups(Generic[K, V]):
+    """The look-ups of a base dictionary under an overlay of the keys changed since
+    (_GONE: deleted), which _Layered and _Index share."""
+
+    __slots__ = ()
+    _base: dict[K, V]
+    _overlay: dict[K, V | _Gone]
+
+    def __getitem__(self, key: K) -> V:
+        return _layered_get(self._base, self._overlay, key)
+
+    @overload
+    def get(self, key: K, /) -> V | None: ...
+
+    @overload
+    def get(self, key: K, /, default: V | D) -> V | D: ...
+
+    def get(self, key: K, /, default: object = None) -> object:
+        return _layered_get_or(self._base, self._overlay, key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return _layered_contains(self._base, self._overlay, key)
+
+
+class _Layered(_Lookups[K, V], Mapping[K, V]):
     """A read-only mapping: a frozen base dictionary (shared by many snapshots, never
     changed) with a small overlay of the keys changed since (_GONE: deleted). Look-ups
     cost two dictionary look-ups; iterating builds the merged dictionary once."""
@@ -129,12 +168,6 @@ class _Layered(Mapping[K, V]):
             size += (value is not _GONE) - (key in base)
         self._len = size
         self._merged: dict[K, V] | None = None if overlay else base
-
-    def __getitem__(self, key: K) -> V:
-        return _layered_get(self._base, self._overlay, key)
-
-    def __contains__(self, key: object) -> bool:
-        return _layered_contains(self._base, self._overlay, key)
 
     def __len__(self) -> int:
         return self._len
@@ -175,11 +208,11 @@ class _Layered(Mapping[K, V]):
         return f"_Layered({self._full()!r})"
 
 
-class _Index(MutableMapping[K, V]):
+class _Index(_Lookups[K, V], MutableMapping[K, V]):
     """The live objects of one index, and the read-only mappings snapshots get of it.
 
     The objects are held once: a frozen dictionary (`_base`, shared with every snapshot
-    taken since it was built, never changed) and the keys changed since (`_pending`,
+    taken since it was built, never changed) and the keys changed since (`_overlay`,
     _GONE: deleted). A snapshot's mapping is the base and a copy of the few pending
     keys; once those outnumber about the square root of the size, the next mapping
     folds them into a new base. So a snapshot after one change costs about that change
@@ -190,24 +223,18 @@ class _Index(MutableMapping[K, V]):
     It is also an informer's store (k8s_watcher.informer: `store=`), so the Services
     the informer holds are these, not a copy."""
 
-    __slots__ = ("_base", "_compact_after", "_len", "_mapping", "_pending")
+    __slots__ = ("_base", "_compact_after", "_len", "_mapping", "_overlay")
 
     def __init__(self, *, compact_after: int = 64) -> None:
         self._base: dict[K, V] = {}
-        self._pending: dict[K, V | _Gone] = {}
+        self._overlay: dict[K, V | _Gone] = {}
         self._len = 0
         self._mapping: _Layered[K, V] | None = None
         self._compact_after = compact_after
 
-    def __getitem__(self, key: K) -> V:
-        return _layered_get(self._base, self._pending, key)
-
-    def __contains__(self, key: object) -> bool:
-        return _layered_contains(self._base, self._pending, key)
-
     def __setitem__(self, key: K, value: V) -> None:
         self._len += key not in self
-        self._pending[key] = value
+        self._overlay[key] = value
         self._mapping = None
 
     def __delitem__(self, key: K) -> None:
@@ -215,16 +242,16 @@ class _Index(MutableMapping[K, V]):
             raise KeyError(key)
         self._len -= 1
         if key in self._base:
-            self._pending[key] = _GONE
+            self._overlay[key] = _GONE
         else:
-            del self._pending[key]
+            del self._overlay[key]
         self._mapping = None
 
     def __len__(self) -> int:
         return self._len
 
     def __iter__(self) -> Iterator[K]:
-        pending = self._pending
+        pending = self._overlay
         for key in self._base:
             if key not in pending:
                 yield key
@@ -235,7 +262,7 @@ class _Index(MutableMapping[K, V]):
     def mapping(self) -> Mapping[K, V]:
         """The index now, read-only, never changed afterwards."""
         if self._mapping is None:
-            pending = self._pending
+            pending = self._overlay
             if len(pending) > max(self._compact_after, math.isqrt(self._len)):
                 base = dict(self._base)
                 for key, value in pending.items():
@@ -244,7 +271,7 @@ class _Index(MutableMapping[K, V]):
                     else:
                         base[key] = value
                 self._base, pending = base, {}
-                self._pending = pending
+                self._overlay = pending
             self._mapping = _Layered(self._base, dict(pending))
         return self._mapping
 
@@ -417,7 +444,9 @@ class KubernetesSource:
         10,000-object first list is one wake-up, not 10,000)."""
         # Any change also invalidates the cached snapshot, relevant or not.
         self._snapshot = None
-        if not self.synced:
+        # `synced` as _on_state last saw it: every change of it goes through _on_state,
+        # and asking every informer again cost each object of a first list ~1 us.
+        if not self._last_state[0]:
             return
         if self._first_change is None:
             self._first_change = self._clock()
@@ -466,8 +495,12 @@ class KubernetesSource:
                 slices.pop(skey, None)
             touched.add(skey)
         if new is not None and (skey := new.service_key) is not None:
-            rest = tuple(s for s in slices.get(skey, ()) if s.name != new.name)
-            slices[skey] = tuple(sorted((*rest, new), key=_slice_name))
+            current = slices.get(skey)
+            if current is None:  # the Service's first slice (every slice of a first list)
+                slices[skey] = (new,)
+            else:
+                rest = tuple(s for s in current if s.name != new.name)
+                slices[skey] = tuple(sorted((*rest, new), key=_slice_name))
             touched.add(skey)
         if not touched:
             return

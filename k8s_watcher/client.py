@@ -16,6 +16,7 @@ account. This module must not leak client types: callers get dicts and our error
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -29,6 +30,8 @@ from typing import Any
 from urllib.parse import quote
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from k8s_watcher.credentials import SERVICE_ACCOUNT, Credentials, CredentialSource, shared
 from k8s_watcher.errors import (
@@ -141,6 +144,7 @@ class KubeClient:
         self._seen = credentials
         self._session: aiohttp.ClientSession | None = None
         self._tls: tuple[Credentials | None, ssl.SSLContext | None] = (None, None)
+        self._proxies: dict[str, tuple[str | None, aiohttp.BasicAuth | None]] = {}
 
     @classmethod
     async def connect(
@@ -185,11 +189,29 @@ class KubeClient:
         if self._session is None:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=POOL_SIZE),
-                # $HTTPS_PROXY / $NO_PROXY, as the official client honours them.
-                trust_env=True,
+                # Not the environment per request: aiohttp would look up $HTTPS_PROXY and
+                # ~/.netrc in two worker threads for every request (the official client reads
+                # no netrc); the proxy is looked up once per server (_env_proxy).
+                trust_env=False,
                 read_bufsize=READ_BUFFER,
             )
         return self._session
+
+    async def _env_proxy(self, server: str) -> tuple[str | None, aiohttp.BasicAuth | None]:
+        """The proxy $HTTPS_PROXY / $HTTP_PROXY / $NO_PROXY name for `server` (as the
+        official client honours them), and its credentials from the URL or ~/.netrc: what
+        aiohttp's trust_env finds, looked up once per server in a worker thread (it may
+        read ~/.netrc), not in two per request. The environment does not change while the
+        process runs; a first list's requests then leave in one turn of the event loop."""
+        found = self._proxies.get(server)
+        if found is None:
+            try:
+                url, auth = await asyncio.to_thread(get_env_proxy_for_url, URL(server))
+                found = (str(url), auth)
+            except LookupError:  # none, or $NO_PROXY names the server
+                found = (None, None)
+            self._proxies[server] = found
+        return found
 
     @property
     def host(self) -> str:
@@ -261,6 +283,11 @@ class KubeClient:
             extra["server_hostname"] = creds.tls_server_name
         if creds.proxy:
             extra["proxy"] = creds.proxy
+        else:
+            proxy, proxy_auth = await self._env_proxy(creds.server)
+            if proxy is not None:
+                extra["proxy"] = proxy
+                extra["proxy_auth"] = proxy_auth
         try:
             return await self._open_session().request(
                 method,

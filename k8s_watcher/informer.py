@@ -42,13 +42,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar, overload
 
 from bgpd.logs import log
 from bgpd.model import EndpointSlice, Namespace, Node, Service
 from bgpd.objects import (
     SERVICE_NAME_LABEL,
     endpoint_slice_from_api,
+    is_mapping,
     namespace_from_api,
     node_from_api,
     service_from_api,
@@ -72,6 +73,7 @@ _REFUSAL_HINTS: Final = {
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+D = TypeVar("D")
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +181,19 @@ class NamespacedStore(MutableMapping[str, T]):
         namespace, _, name = key.rpartition("/")
         return self._by_namespace[namespace][name]
 
+    @overload
+    def get(self, key: str, /) -> T | None: ...
+
+    @overload
+    def get(self, key: str, /, default: T | D) -> T | D: ...
+
+    def get(self, key: str, /, default: object = None) -> object:
+        """Mapping.get without the KeyError it raises and catches for an absent key (every
+        key of a first list)."""
+        namespace, _, name = key.rpartition("/")
+        inner = self._by_namespace.get(namespace)
+        return default if inner is None else inner.get(name, default)
+
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
             return False
@@ -220,7 +235,7 @@ class NamespacedStore(MutableMapping[str, T]):
 def object_key(obj: Mapping[str, Any]) -> str | None:
     """ "namespace/name" or "name" from an API object's metadata; None if it has no name."""
     meta = obj.get("metadata")
-    if not isinstance(meta, Mapping):
+    if not is_mapping(meta):
         return None
     name = meta.get("name")
     if not isinstance(name, str) or not name:
@@ -451,7 +466,7 @@ class Informer(Generic[T]):
         )
 
     def _convert_into(self, into: dict[str, T], raw: Any) -> None:
-        if not isinstance(raw, Mapping):
+        if not is_mapping(raw):
             self.stats.invalid_objects += 1
             return
         key = object_key(raw)
@@ -476,13 +491,19 @@ class Informer(Generic[T]):
         is not replaced, and nothing reads the store between two of these steps (they
         run without an await)."""
         cache = self._cache
+        handler = self._handler
+        if not cache:  # a first list: every object is new
+            for key, new in fresh.items():
+                cache[key] = new
+                handler(key, None, new)
+            return
         for key in [key for key in cache if key not in fresh]:
-            self._handler(key, cache.pop(key), None)
+            handler(key, cache.pop(key), None)
         for key, new in fresh.items():
             old = cache.get(key)
             if old is None or old != new:
                 cache[key] = new
-                self._handler(key, old, new)
+                handler(key, old, new)
 
     # ------------------------------------------------------------------ watch
 

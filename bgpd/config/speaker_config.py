@@ -230,6 +230,56 @@ SPEAKER: Final = KindTable(
 )
 
 
+#: The SpeakerConfig fields (spec name, SpeakerConfig attribute) a speaker reads once, when
+#: it starts: what they configure is built then (the listener, the work directory, the
+#: MQTT client, ExaBGP's launcher and rendering, the status writer's limits, the BFD
+#: watchdog, the reconciler's debounce, the drain's window, the log handler). A reload
+#: (SIGHUP, or a changed SpeakerConfig object) puts everything else in force and says
+#: which of these wait for the next start (restart_needed()).
+READ_AT_START: Final = (
+    ("exabgpBinary", "exabgp_binary"),
+    ("workDir", "work_dir"),
+    ("metricsAddress", "metrics_address"),
+    ("mqtt", "mqtt"),
+    ("debounce", "debounce"),
+    ("logFormat", "log_format"),
+    ("drainWindow", "drain_window"),
+    ("listen", "listen"),
+    ("exposeStatus", "expose_status"),
+    ("bfdWatchdog", "bfd_watchdog"),
+    ("clusterStatus", "cluster_status"),
+    ("statusInterval", "status_interval"),
+    ("statusWritesPerSecond", "status_writes_per_second"),
+)
+#: The fields a reload puts in force at once (read where they are used).
+#: `dataPlaneCheck` is both: its settings and its removal follow a reload, adding it
+#: takes a start.
+READ_LIVE: Final = (
+    ("loadBalancerClass", "load_balancer_class"),
+    ("ignoreExcludeLB", "ignore_exclude_lb"),
+    ("onSigterm", "on_sigterm"),
+    ("allowEmptyConfig", "allow_empty_config"),
+    ("annotationPolicy", "annotation_policy"),
+    ("bfdStrict", "bfd_strict"),
+    ("dataPlaneCheck", "data_plane_check"),
+)
+
+
+def restart_needed(started: SpeakerConfig, new: SpeakerConfig) -> tuple[str, ...]:
+    """The fields (``spec.<name>``) in which ``new`` differs from the SpeakerConfig the
+    speaker started with and that take effect only at its next start: without this a
+    reload that changed, say, ``mqtt.host`` was applied without a word while the speaker
+    kept publishing to the old broker."""
+    out = [
+        f"spec.{name}"
+        for name, attr in READ_AT_START
+        if getattr(started, attr) != getattr(new, attr)
+    ]
+    if started.data_plane_check is None and new.data_plane_check is not None:
+        out.append("spec.dataPlaneCheck")
+    return tuple(out)
+
+
 def _flag(doc: Doc, f: Mapping[str, object], name: str, default: bool) -> bool:
     """An optional boolean field of spec: absent keeps the default, an invalid one is an
     error (and the default, so parsing goes on to report the rest)."""

@@ -81,6 +81,7 @@ from bgpd.bfd.render import BfdPeerConfig, bfd_peers
 from bgpd.bfd.runtime import BfdError, BfdRuntime
 from bgpd.bfd.state import BfdPeerState, BfdState
 from bgpd.config.reload import reload_config
+from bgpd.config.speaker_config import restart_needed
 from bgpd.decision import prefix_text
 from bgpd.exabgp.driver import DriverMode
 from bgpd.exabgp.errors import CrashLoopError, ExaBGPError
@@ -312,6 +313,8 @@ class Speaker:
         # Observability reads live state at scrape time (bgpd.metrics); MQTT is fed from
         # the driver's event queue and never blocks it (bgpd.mqtt).
         self.config_stale = False
+        #: What the parts built here were built with (apply_config: restart_needed).
+        self._started_speaker = sc
         #: The synced cluster held no Node named self.node at the last pass (_check_node).
         self._node_missing = False
         self.mqtt = MQTTPublisher(sc.mqtt, node=node) if sc.mqtt is not None else None
@@ -711,6 +714,16 @@ class Speaker:
         self.config_stale = False
         for w in warnings:
             log(_logger, logging.WARNING, "config.warning", warning=str(w))
+        waiting = restart_needed(self._started_speaker, config.speaker)
+        if waiting:
+            log(
+                _logger,
+                logging.WARNING,
+                "config.restart_needed",
+                fields=", ".join(waiting),
+                hint="read when the speaker starts: the running speaker keeps their values "
+                "until it is restarted; the rest of the new config is in force",
+            )
         self.config = config
         self.render_inputs.set_config(config)
         self.reconciler.set_config(config)

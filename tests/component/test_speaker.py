@@ -48,6 +48,7 @@ def config_text(
     community: str = "65000:1",
     exabgp: str | None = None,
     on_sigterm: str = "withdraw",
+    more: dict[str, object] | None = None,
 ) -> str:
     return one_peer_config(
         communities=(community,),
@@ -56,6 +57,7 @@ def config_text(
             "drainWindow": drain_window,
             "onSigterm": on_sigterm,
             **({"exabgpBinary": exabgp} if exabgp else {}),
+            **(more or {}),
         },
     )
 
@@ -637,6 +639,19 @@ def test_a_failed_or_emptying_reload_keeps_the_config_and_the_routes(
     sp.config.write_text(good)
     sp.proc.send_signal(signal.SIGHUP)
     sp.wait_status(lambda d: not d["config"]["stale"])
+    assert net("10.99.100.5/32") in bird.rib()
+    # A field read at start (the reconciler's debounce) is named, not applied silently;
+    # the reload is in force otherwise.
+    sp.config.write_text(config_text(more={"debounce": "1s"}))
+    sp.proc.send_signal(signal.SIGHUP)
+    wait_until(
+        lambda: "config.restart_needed" in sp.log_text() or None,
+        within=20,
+        what="the reload naming the field that waits for a restart",
+    )
+    line = next(x for x in sp.log_text().splitlines() if "config.restart_needed" in x)
+    assert "spec.debounce" in line
+    assert not sp.status()["config"]["stale"]
     assert net("10.99.100.5/32") in bird.rib()
 
 

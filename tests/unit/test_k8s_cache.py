@@ -50,6 +50,8 @@ def test_index_mappings_equal_the_dictionary_when_taken_and_never_change(
         assert len(index) == len(live)
         for k in KEYS:
             assert (k in index) == (k in live)
+            assert index.get(k) == live.get(k)
+            assert index.get(k, -1) == live.get(k, -1)
     taken.append((index.mapping(), dict(live)))
     for mapping, expected in taken:
         assert len(mapping) == len(expected)
@@ -60,6 +62,7 @@ def test_index_mappings_equal_the_dictionary_when_taken_and_never_change(
         for key in KEYS:
             assert (key in mapping) == (key in expected)
             assert mapping.get(key) == expected.get(key)
+            assert mapping.get(key, -1) == expected.get(key, -1)
 
 
 SERVICES = [f"default/s{i}" for i in range(4)]
