@@ -31,7 +31,10 @@ With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial AP
 ``--scrape-at`` size, from the API, one change's latency (an HTTP merge PATCH of one
 Service's EndpointSlice to the route appearing at/leaving BIRD) over ``--changes``
 changes (p50 and p99), first unscraped, then while a process of its own in node1's
-namespace GETs ``/metrics`` back to back on one kept-alive connection.
+namespace GETs ``/metrics`` back to back on one kept-alive connection; beside them the
+speaker's own ``kube_bgpd_convergence_seconds`` means (decide, accept) over each phase,
+and the CPU the speaker's process and the scraper's used (per scrape: the scraper runs
+on the same cores).
 
 It prints each row as it is measured, then the whole table (Markdown) with the machine's
 load average at the start and the end. Everything it creates is removed at the end.
