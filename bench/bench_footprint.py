@@ -31,7 +31,10 @@ With ``--bare`` (the default) a bare ExaBGP, fed the same routes by a trivial AP
 ``--scrape-at`` size, from the API, one change's latency (an HTTP merge PATCH of one
 Service's EndpointSlice to the route appearing at/leaving BIRD) over ``--changes``
 changes (p50 and p99), first unscraped, then while a process of its own in node1's
-namespace GETs ``/metrics`` back to back on one kept-alive connection.
+namespace GETs ``/metrics`` back to back on one kept-alive connection; beside them the
+speaker's own ``kube_bgpd_convergence_seconds`` means (decide, accept) over each phase,
+and the CPU the speaker's process and the scraper's used (per scrape: the scraper runs
+on the same cores).
 
 It prints each row as it is measured, then the whole table (Markdown) with the machine's
 load average at the start and the end. Everything it creates is removed at the end.
@@ -61,6 +64,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_driver import cpu_seconds
 from bench_k8s import (
     API_HOST,
     API_PORT,
@@ -310,6 +314,11 @@ class Scraped:
     quiet: list[float]
     loud: list[float]
     scrapes: int
+    #: The speaker's own kube_bgpd_convergence_seconds means per phase (ms), unscraped
+    #: and scraped: its share of the change (event -> decision -> ExaBGP's done).
+    own: tuple[dict[str, float], dict[str, float]] = ({}, {})
+    #: CPU seconds: the speaker's process unscraped and scraped, the scraper's process.
+    cpu: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def line(self, services: int) -> str:
         def ms(values: list[float]) -> str:
@@ -318,16 +327,42 @@ class Scraped:
                 f"p99 {pct(values, 0.99) * 1000:.2f} ms"
             )
 
+        def own(means: dict[str, float]) -> str:
+            return "/".join(f"{means.get(phase, float('nan')):.2f}" for phase in _PHASES)
+
         return (
             f"one change at {services:,} Services (HTTP PATCH -> BIRD, {len(self.quiet)} "
             f"changes): unscraped {ms(self.quiet)}; with /metrics scraped back to back "
-            f"{ms(self.loud)} ({self.scrapes} scrapes)"
+            f"{ms(self.loud)} ({self.scrapes} scrapes); the speaker's own means "
+            f"({'/'.join(_PHASES)}, ms) unscraped {own(self.own[0])}, scraped {own(self.own[1])}; "
+            f"CPU: the speaker {self.cpu[0]:.2f} s unscraped, {self.cpu[1]:.2f} s scraped "
+            f"({(self.cpu[1] - self.cpu[0]) / max(1, self.scrapes) * 1000:.2f} ms a scrape), "
+            f"the scraper {self.cpu[2]:.2f} s ({self.cpu[2] / max(1, self.scrapes) * 1000:.2f} ms "
+            "a scrape)"
         )
+
+
+#: The speaker's convergence phases the scraped line shows (bgpd.metrics.ConvergencePhase).
+_PHASES = ("decide", "accept")
+
+
+def own_means(speaker: Speaker, fn: Callable[[], _T]) -> tuple[_T, dict[str, float]]:
+    """``fn()``, and the speaker's mean per phase (ms) over what it did meanwhile."""
+    before = speaker.convergence()
+    result = fn()
+    after = speaker.convergence()
+    means = {
+        phase: (after[phase][0] - before[phase][0]) / n * 1000
+        for phase in after
+        if (n := after[phase][1] - before[phase][1])
+    }
+    return result, means
 
 
 def scrape_back_to_back(url: str) -> None:
     """The ``--scraper`` process: GET ``url`` back to back on one kept-alive connection,
-    as Prometheus does, until stdin closes; then print how many GETs completed."""
+    as Prometheus does, until stdin closes; then print how many GETs completed and the
+    CPU seconds this process used (it runs on the same cores as the speaker)."""
     stop = threading.Event()
 
     def wait_stdin() -> None:
@@ -345,12 +380,13 @@ def scrape_back_to_back(url: str) -> None:
                 raise RuntimeError(f"GET {url}: {resp.status}")
             resp.read()
         done += 1
-    print(done, flush=True)
+    print(done, time.process_time(), flush=True)
 
 
-def while_scraped(topo: Topology, fn: Callable[[], _T]) -> tuple[_T, int]:
+def while_scraped(topo: Topology, fn: Callable[[], _T]) -> tuple[_T, int, float]:
     """``fn()`` while a process of its own in node1's namespace GETs the speaker's
-    ``/metrics`` back to back; its result and the number of scrapes meanwhile. A process,
+    ``/metrics`` back to back; its result, the number of scrapes meanwhile and the
+    scraper's CPU seconds. A process,
     not a thread of this one: reading 1.5 MB bodies in a thread here took the interpreter
     from the API simulator's thread, which then served the watch events late."""
     proc = topo.nodes[0].popen(
@@ -367,16 +403,29 @@ def while_scraped(topo: Topology, fn: Callable[[], _T]) -> tuple[_T, int]:
     out = proc.stdout.read()
     if proc.wait(30) != 0:
         raise RuntimeError(f"the scraper exited {proc.returncode}")
-    return result, int(out)
+    done, cpu = out.split()
+    return result, int(done), float(cpu)
 
 
 def scrape_latency(
-    sim: NetnsApiSimulator, topo: Topology, bird: BirdCtl, writer: HttpWriter, changes: int
+    sim: NetnsApiSimulator,
+    topo: Topology,
+    bird: BirdCtl,
+    writer: HttpWriter,
+    changes: int,
+    speaker: Speaker,
 ) -> Scraped:
     """One change's latency unscraped, then with /metrics GET back to back."""
-    quiet = latency_speaker(sim, bird, changes, writer)
-    loud, scrapes = while_scraped(topo, lambda: latency_speaker(sim, bird, changes, writer))
-    return Scraped(quiet, loud, scrapes)
+    pid = speaker.child.pid
+    cpu = cpu_seconds(pid)
+    quiet, own_quiet = own_means(speaker, lambda: latency_speaker(sim, bird, changes, writer))
+    cpu_quiet, cpu = cpu_seconds(pid) - cpu, cpu_seconds(pid)
+    (loud, scrapes, scraper_cpu), own_loud = own_means(
+        speaker,
+        lambda: while_scraped(topo, lambda: latency_speaker(sim, bird, changes, writer)),
+    )
+    cpus = (cpu_quiet, cpu_seconds(pid) - cpu, scraper_cpu)
+    return Scraped(quiet, loud, scrapes, (own_quiet, own_loud), cpus)
 
 
 def table(rows: list[Row]) -> str:
@@ -450,7 +499,9 @@ def run(args: argparse.Namespace, work: Path) -> None:
                         print(table(rows[-1:]).splitlines()[-1], flush=True)
                         if source == "api" and n == args.scrape_at:
                             scraped.append(
-                                scrape_latency(sim, topo, bird, writer, args.changes).line(n + 1)
+                                scrape_latency(sim, topo, bird, writer, args.changes, speaker).line(
+                                    n + 1
+                                )
                             )
                             print(scraped[-1], flush=True)
                     finally:

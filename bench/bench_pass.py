@@ -56,7 +56,9 @@ def ms(values: list[float]) -> str:
     return f"p50 {statistics.median(values) * 1e3:.2f} ms, max {max(values) * 1e3:.2f} ms"
 
 
-async def run(services: int, changes: int, work: Path) -> None:
+def speaker_at(services: int, work: Path) -> tuple[Speaker, SpeakerSource]:
+    """A Speaker whose source holds ``services`` Local Services with a ready endpoint on
+    node1, fed as its informers would (nothing decided yet; the driver not started)."""
     (work / "config.yaml").write_text(
         one_peer_config(pool="bench", addresses=("10.99.0.0/16",), peer_address="127.0.0.2")
     )
@@ -83,6 +85,20 @@ async def run(services: int, changes: int, work: Path) -> None:
         work_dir=work / "speaker",
         status_address="127.0.0.1:0",
     )
+    return speaker, source
+
+
+def flip(source: SpeakerSource, k: int) -> None:
+    """Change ``k``: one of the first ten Services' endpoint becomes ready or not ready
+    (ten changes each way in turn), through the EndpointSlice informer's handler."""
+    i = k % 10
+    (previous,) = source._slices[ServiceKey(f"default/s{i}")]
+    new = endpoint_slice_from_api(node1_slice(f"s{i}", k % 20 >= 10))
+    source._on_slice(f"default/s{i}-a", previous, new)
+
+
+async def run(services: int, changes: int, work: Path) -> None:
+    speaker, source = speaker_at(services, work)
     driver = speaker.driver
     await driver.start()
     tasks = [
@@ -107,13 +123,9 @@ async def run(services: int, changes: int, work: Path) -> None:
         driver._step = timed_step  # type: ignore[method-assign]
         passes, steps, totals = [], [], []
         for k in range(changes):
-            i = k % 10
-            key = f"default/s{i}-a"
-            (previous,) = source._slices[ServiceKey(f"default/s{i}")]
-            new = endpoint_slice_from_api(node1_slice(f"s{i}", k % 20 >= 10))
             step_times.clear()
             start = time.perf_counter()
-            source._on_slice(key, previous, new)
+            flip(source, k)
             first = await source.wait_changed()
             speaker.reconcile_once(first)
             passed = time.perf_counter()

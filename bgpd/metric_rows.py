@@ -318,8 +318,12 @@ class ServingRows:
         """Brings text.keys to the handled Services now; returns the ones added."""
         handled = handled_services(self.routes, self.skipped)
         # text.lines has a line for each Service handled at the last scrape, no other.
-        added = handled - text.lines.keys()
-        removed = text.lines.keys() - handled
+        # One pass finds the new ones; when the others are all still handled (the sizes
+        # say so), no second pass over 10,000s of keys looks for gone ones.
+        added = handled.difference(text.lines)
+        removed: set[ServiceKey] = set()
+        if len(handled) - len(added) != len(text.lines):
+            removed = text.lines.keys() - handled
         keys = text.keys
         if len(added) + len(removed) > len(keys) // 8:
             text.keys = sorted(handled)

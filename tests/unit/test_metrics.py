@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -13,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics import MetricWrapperBase
 
 from bgpd.metric_rows import Labelled, LineEncoder
 from bgpd.metrics import (
@@ -482,6 +484,37 @@ async def test_metrics_route_serves_what_the_encoder_gives_and_encodes_changed_r
         assert flipped == encoder(reg)
         assert encoded == [[WEB, "10.99.100.1/32", R1]]
         assert b'peer="router-1",prefix="10.99.100.1/32",service="default/web"} 0.0' in flipped
+
+
+async def test_metrics_route_builds_the_event_metrics_samples_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The histograms' and counters' samples (prometheus_client builds a sample per
+    bucket at every collect) are built in /metrics' worker thread, not on the event loop
+    that the route changes need; the body is still the encoder's."""
+    reg, m = _registry(StaticSpeakerView(running=True))
+    m.observe_reconcile(0.01)
+    m.observe_convergence(ConvergencePhase.TOTAL, 0.002)
+    m.watch.watch_event("Service", "ADDED")
+    built_in: list[int] = []
+    real = MetricWrapperBase._samples
+
+    def recording(self: MetricWrapperBase) -> object:
+        built_in.append(threading.get_ident())
+        return real(self)
+
+    monkeypatch.setattr(MetricWrapperBase, "_samples", recording)
+    app = web.Application()
+    app.add_routes(metrics_routes(reg))
+    async with TestClient(TestServer(app)) as client:
+        resp = await client.get("/metrics")
+        body = await resp.read()
+    loop_thread = threading.get_ident()
+    assert built_in  # the samples were built, for the body
+    assert loop_thread not in built_in
+    encoder, _ = choose_encoder("")
+    assert body == encoder(reg)
+    assert b'kube_bgpd_reconcile_duration_seconds_bucket{le="0.01"} 1.0' in body
 
 
 async def test_controller_listener_serves_metrics_and_health() -> None:
