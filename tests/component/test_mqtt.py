@@ -307,14 +307,27 @@ async def test_broker_killed_mid_stream_never_blocks_and_reconnect_republishes(
 
 async def test_a_broker_that_never_answers_delays_nothing() -> None:
     """A slow broker: TCP accepts, but no CONNACK ever comes. publish() stays O(1), the
-    queue stays bounded and the publisher keeps retrying instead of hanging."""
-    accepted: list[asyncio.StreamWriter] = []
+    queue stays bounded and the publisher keeps retrying instead of hanging.
 
-    async def silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        accepted.append(w)  # keep the socket open and say nothing
+    The silent broker is a listening socket: the kernel completes each client's handshake
+    into its backlog, and the test takes the connections out itself (non-blocking
+    accept) to count the publisher's tries. An asyncio server here leaked: a connection
+    accepted while the test ended got its transport after the writers were closed, and
+    its ResourceWarning failed whichever test the worker ran next."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
 
-    server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    def tries() -> int:
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                conn, _ = listener.accept()
+                accepted.append(conn)  # keep it open and say nothing
+        return len(accepted)
+
     pub = MQTTPublisher(
         MQTTConfig(host="127.0.0.1", port=port),
         node=NODE,
@@ -333,7 +346,7 @@ async def test_a_broker_that_never_answers_delays_nothing() -> None:
                 if i % 500 == 0:
                     await asyncio.sleep(0.1)  # let the publisher try (and time out)
             # It gave up on one try and retried.
-            await wait_until_async(lambda: len(accepted) >= 2, within=20, poll=0.02)
+            await wait_until_async(lambda: tries() >= 2, within=20, poll=0.02)
             assert not task.done()
             assert not pub.connected
             assert pub.queued == 100
@@ -342,10 +355,9 @@ async def test_a_broker_that_never_answers_delays_nothing() -> None:
             # silent broker would take the 0.5 s timeout.
             assert worst < 0.25, worst
     finally:
-        for w in accepted:
-            w.close()
-        server.close()
-        await server.wait_closed()
+        for conn in accepted:
+            conn.close()
+        listener.close()
 
 
 async def test_full_queue_drops_oldest_counts_it_and_still_converges(broker: Broker) -> None:
