@@ -50,8 +50,28 @@ when ExaBGP is patched, its API helper runs as a thread of ExaBGP's process inst
 process of its own (bgpd/exabgp/bridge.py); a difference there keeps the helper a process
 and says so, ExaBGP staying patched.
 
+Before all of this, patched or not, the launcher keeps OpenSSL out of ExaBGP's process
+(:func:`keep_out`): there ``import ssl``, ``import _ssl`` and ``import _hashlib`` raise
+ImportError (``sys.modules[name] = None``, the import system's documented way), so neither
+libssl nor libcrypto is mapped: ~4.5 MiB of ExaBGP's RSS at idle (docs/benchmarks.md,
+"OpenSSL out of ExaBGP's process: session 11"). Nothing there uses them. BGP has no TLS
+(TCP-MD5 is the kernel's: ExaBGP sets it with setsockopt), ExaBGP 5.0.15 imports neither
+``ssl`` nor ``hashlib`` (grep), asyncio imports ``ssl`` optionally (``ssl = None``:
+only a TLS connection or server needs it), and ``hashlib``, which the launcher's digests,
+``random`` (its ``sha512`` seed) and ``uuid`` (``uuid3``/``uuid5``) import, falls back to
+Python's built-in hashes without ``_hashlib`` (kept out only when they are all there,
+:func:`builtin_hashes`). What would break: an ExaBGP that imports one of them at start
+(not 5.0.15) would not start, so the launcher imports ExaBGP's entry point first and, on
+that ImportError, starts itself again in the same process with OpenSSL allowed
+(:func:`restart_with_openssl`, saying so); one that imports one only when it runs (to use
+TLS, or a hash only OpenSSL has) would fail there, which 5.0.15 never does
+(tests/component/test_exabgp_driver.py runs it, MD5 sessions included, and checks its
+maps). ``$KUBE_BGPD_EXABGP_OPENSSL`` set lets them in.
+
 This module must not import anything from kube-bgpd but the relay (bridge and helper,
-standard library only): it runs inside ExaBGP's process.
+standard library only): it runs inside ExaBGP's process; nor ``hashlib`` at module level
+(:func:`sha256_hex`): run as ``__main__``, its imports come before :func:`main` keeps
+``_hashlib`` out.
 """
 
 from __future__ import annotations
@@ -59,16 +79,16 @@ from __future__ import annotations
 import contextlib
 import enum
 import functools
-import hashlib
 import importlib
+import importlib.util
 import inspect
 import itertools
 import operator
 import os
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Collection, Mapping
+from typing import Any, NoReturn
 
 #: Set (to anything but empty) to run ExaBGP unmodified: the escape hatch should the
 #: patch ever be suspected, and how the component test takes the fallback path.
@@ -77,6 +97,20 @@ UNMODIFIED_ENV = "KUBE_BGPD_EXABGP_UNMODIFIED"
 STEPS_ENV = "KUBE_BGPD_EXABGP_STEPS"
 #: How the launcher's line begins when ExaBGP runs unmodified (the runtime looks for it).
 UNMODIFIED_MARK = "kube-bgpd launcher warning: running ExaBGP unmodified"
+#: Set (to anything but empty) to let ExaBGP's process load OpenSSL (:func:`keep_out`):
+#: the escape hatch, and what :func:`restart_with_openssl` sets.
+OPENSSL_ENV = "KUBE_BGPD_EXABGP_OPENSSL"
+#: The modules :func:`keep_out` keeps out of ExaBGP's process: ``_ssl`` and ``_hashlib``
+#: are the two that map OpenSSL (libssl and libcrypto; libcrypto alone for ``_hashlib``),
+#: and ``ssl`` the one that imports ``_ssl``, kept out itself so that the ImportError
+#: asyncio's optional ``import ssl`` expects is raised before anything runs.
+OPENSSL_MODULES = ("ssl", "_ssl", "_hashlib")
+#: The module without which ``hashlib`` uses Python's built-in hashes.
+OPENSSL_HASHES = "_hashlib"
+#: ExaBGP's entry point (its ``main``), imported by :func:`main` before anything else of
+#: ExaBGP: it imports the server and so the reactor and the configuration, nearly all of
+#: ExaBGP, which is where a module kept out would be missed at start.
+ENTRY = "exabgp.application.main"
 
 #: sha256 of ``inspect.getsource`` of each ExaBGP function or class the replacement calls
 #: or relies on, in the release it was verified against (5.0.15). Whole classes where
@@ -292,6 +326,15 @@ def queued_steps(window: int, batch: int) -> int:
     return window * (batch + 1)
 
 
+def sha256_hex(data: bytes) -> str:
+    """The sha256 of ``data`` in hex, with ``hashlib`` imported on first use rather than with
+    this module (see the module's docstring): in ExaBGP's process it is built-in sha256,
+    ~0.6 ms more CPU at start for the verified files than OpenSSL's."""
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def resolve(target: str) -> Any:
     """The object ``"module:Qual.name"`` names."""
     module, _, qualname = target.partition(":")
@@ -308,7 +351,7 @@ def source_digest(target: str) -> str | None:
         source = inspect.getsource(resolve(target))
     except (OSError, TypeError):
         return None
-    return hashlib.sha256(source.encode()).hexdigest()
+    return sha256_hex(source.encode())
 
 
 def _site_packages() -> str | None:
@@ -331,7 +374,7 @@ def file_digest(relative: str) -> str | None:
         return None
     try:
         with open(os.path.join(root, relative), "rb") as f:
-            return hashlib.sha256(f.read()).hexdigest()
+            return sha256_hex(f.read())
     except OSError:
         return None
 
@@ -339,7 +382,7 @@ def file_digest(relative: str) -> str | None:
 def targets_fingerprint(digests: Mapping[str, str]) -> str:
     """One sha256 for a mapping of targets to digests (:data:`VERIFIED_FILES_FOR`)."""
     text = "\n".join(f"{target} {digest}" for target, digest in sorted(digests.items()))
-    return hashlib.sha256(text.encode()).hexdigest()
+    return sha256_hex(text.encode())
 
 
 def verified_digests(verified: Mapping[str, str]) -> dict[str, str | None]:
@@ -868,12 +911,16 @@ def patch(environ: Mapping[str, str] = os.environ) -> Unmodified | None:
         )
     line = "; ".join(note for note in notes if note)
     if line:
-        # "warning" makes the supervisor relay the line at WARNING level; one line, so
-        # newlines in an exception's text are flattened.
-        text = " ".join(f"kube-bgpd launcher warning: {line}".split())
-        with contextlib.suppress(OSError, ValueError):  # no usable stderr: still start
-            print(text, file=sys.stderr, flush=True)
+        warn(line)
     return reason
+
+
+def warn(line: str) -> None:
+    """The launcher's one line on stderr: "warning" makes the supervisor relay it at
+    WARNING level; one line, so newlines in an exception's text are flattened."""
+    text = " ".join(f"kube-bgpd launcher warning: {line}".split())
+    with contextlib.suppress(OSError, ValueError):  # no usable stderr: still start
+        print(text, file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- the relay thread
@@ -926,12 +973,72 @@ def bridge_helper() -> str:
     return bridge_note(reason, detail)
 
 
-def main() -> None:
-    patch()
-    from exabgp.application.main import main as exabgp_main
+# --------------------------------------------------------------------------- OpenSSL kept out
 
+
+def kept_out(
+    environ: Mapping[str, str], imported: Collection[str], builtin: bool
+) -> tuple[str, ...]:
+    """Which of :data:`OPENSSL_MODULES` :func:`keep_out` keeps out: purely computational.
+
+    None when :data:`OPENSSL_ENV` is set (asked to let them in, or started again by
+    :func:`restart_with_openssl`); never one already imported (too late: its library is
+    mapped, and code holds it); ``_hashlib`` only when ``builtin``, all of hashlib's
+    built-in hashes being there (:func:`builtin_hashes`: without one, hashlib would lack
+    that hash, and ``random`` needs sha512)."""
+    if environ.get(OPENSSL_ENV):
+        return ()
+    return tuple(
+        name
+        for name in OPENSSL_MODULES
+        if name not in imported and (builtin or name != OPENSSL_HASHES)
+    )
+
+
+def builtin_hashes(version: tuple[int, ...] = sys.version_info[:2]) -> bool:
+    """Whether this Python has each built-in hash module hashlib falls back to without
+    ``_hashlib``, one for each hash it guarantees (md5, sha1, sha2, sha3, blake2; from
+    Python 3.12 on ``_sha2`` holds sha256 and sha512): a build may leave them out
+    (``--with-builtin-hashlib-hashes``). Found without importing them."""
+    sha2 = ("_sha2",) if version >= (3, 12) else ("_sha256", "_sha512")
+    names = ("_md5", "_sha1", *sha2, "_sha3", "_blake2")
+    return all(importlib.util.find_spec(name) is not None for name in names)
+
+
+def keep_out(
+    environ: Mapping[str, str] = os.environ, modules: dict[str, Any] = sys.modules
+) -> tuple[str, ...]:
+    """Make each import of the :func:`kept_out` modules raise ImportError in this process
+    (a None entry in ``sys.modules``); returns their names."""
+    names = kept_out(environ, modules.keys(), builtin_hashes())
+    for name in names:
+        modules[name] = None
+    return names
+
+
+def restart_with_openssl(name: str) -> NoReturn:
+    """Start this launcher again in this process (exec: the same pid and pipes, which the
+    supervisor holds) with :data:`OPENSSL_ENV` set, saying so: this ExaBGP imports
+    ``name`` at start, which 5.0.15 never does. A fresh interpreter, not the import tried
+    again in this one: the modules that ran half way before the ImportError may have
+    registered their classes in ExaBGP's registries, which refuse a second class."""
+    warn(f"this ExaBGP imports {name}, kept out of its process: starting it with OpenSSL")
+    argv = [sys.executable, *sys.orig_argv[1:]]
+    # This interpreter, its own argv: nothing from outside is run.
+    os.execve(sys.executable, argv, {**os.environ, OPENSSL_ENV: "1"})  # noqa: S606
+
+
+def main() -> None:
+    names = keep_out()
+    try:
+        entry = importlib.import_module(ENTRY)
+    except ImportError as exc:
+        if exc.name not in names:
+            raise
+        restart_with_openssl(exc.name)
+    patch()
     sys.argv[0] = "exabgp"
-    exabgp_main()
+    entry.main()
 
 
 if __name__ == "__main__":
