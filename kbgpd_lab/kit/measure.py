@@ -1,5 +1,5 @@
 """Figures for the benchmarks and tests: percentiles, the prefixes they announce, process
-memory, the samples of a Prometheus text exposition.
+memory and mapped libraries, the samples of a Prometheus text exposition.
 
 Role: what more than one benchmark or test needs to count or to number its routes, in one
 place (benchmarks do not import each other).
@@ -68,6 +68,20 @@ def children_rss_kb(pid: int) -> int:
 def tree_pss_kb(*pids: int) -> int:
     """PSS in KiB of these processes and their direct children."""
     return sum(pss_kb(p) + sum(pss_kb(c) for c in children(p)) for p in pids)
+
+
+#: OpenSSL's two libraries, as :func:`mapped_libraries` names them.
+OPENSSL_LIBRARIES = ("libssl.so", "libcrypto.so")
+
+
+def mapped_libraries(pid: int, names: tuple[str, ...]) -> set[str]:
+    """Which of ``names`` (shared libraries' file names without their version, as
+    "libssl.so" for libssl.so.3) a process maps (/proc/PID/maps)."""
+    mapped = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        file = line.rpartition("/")[2] if "/" in line else ""
+        mapped |= {name for name in names if file == name or file.startswith(f"{name}.")}
+    return mapped
 
 
 def exposition_samples(text: str) -> dict[str, float]:

@@ -43,6 +43,7 @@ from bgpd.model import (
     SessionState,
 )
 from bgpd.speaker.bfd_follow import say_goodbye
+from kbgpd_lab.kit.measure import OPENSSL_LIBRARIES, mapped_libraries
 from kbgpd_lab.kit.processes import exabgp_runtime
 from kbgpd_lab.kit.waiting import wait_until, wait_until_async
 from kbgpd_lab.lab.netns import process_alive
@@ -185,6 +186,14 @@ def exabgp_children(rt: ExaBGPRuntime) -> list[int]:
     return [c for c in out if b"bgpd/exabgp/helper.py" in Path(f"/proc/{c}/cmdline").read_bytes()]
 
 
+def openssl_mapped(rt: ExaBGPRuntime) -> set[str]:
+    """OpenSSL's libraries the running ExaBGP maps: none, the launcher keeps them out
+    (bgpd/exabgp/launch.py)."""
+    pid = rt.supervisor.pid
+    assert pid is not None
+    return mapped_libraries(pid, OPENSSL_LIBRARIES)
+
+
 async def test_bird_ipv4_and_ipv6_sessions_and_node_selectors(
     topology: Topology, tmp_path: Path, make_router: Callable[..., Router]
 ) -> None:
@@ -300,6 +309,8 @@ async def test_md5(
                 )
 
             await stays(still_down, 3, "a session with the wrong MD5 key came up")
+        # TCP-MD5 is the kernel's (setsockopt): ExaBGP's process needs no OpenSSL for it.
+        assert openssl_mapped(rt) == set()
         assert oct(rt.config_path.stat().st_mode & 0o777) == "0o600"
     # The key never reaches a log, in clear or in the base64 form of the config file.
     assert "exabgp.started" in caplog.text
@@ -314,6 +325,7 @@ async def test_ten_thousand_routes(topology: Topology, tmp_path: Path, bird_rout
         await in_thread(bird_router.wait_rib, lambda r: len(r) == 10_000, 60)
         # The launcher patched ExaBGP: the relay is a thread of it, no helper process.
         assert exabgp_children(rt) == []
+        assert openssl_mapped(rt) == set()
         assert rt.driver.stats.commands_sent["announce"] == 100
         rt.driver.apply({})
         await in_thread(bird_router.wait_rib, lambda r: not r, 60)

@@ -5,8 +5,8 @@ patch, ExaBGP runs as published, with its own deep-copying ``remove_self`` and 5
 steps a reactor turn. This takes that path for real, through the whole adapter (runtime,
 supervisor, helper, driver) in a node namespace, with more routes than one unpatched
 reactor turn takes, and checks the router learned every route with each node's own next
-hop, that a withdrawal reaches it, and that the supervisor logged the launcher's one
-warning line.
+hop, that a withdrawal reaches it, that the supervisor logged the launcher's one
+warning line, and that ExaBGP's process maps no OpenSSL there either.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from bgpd.exabgp.plan import DEFAULT_BATCH, DEFAULT_WINDOW
 from bgpd.exabgp.render import render
 from bgpd.exabgp.runtime import helper_argv
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, RouteAttributes
+from kbgpd_lab.kit.measure import OPENSSL_LIBRARIES, mapped_libraries
 from kbgpd_lab.kit.processes import exabgp_runtime
 from kbgpd_lab.lab.routers import NODE_ASN, ROUTER_ASN, Rib, Router
 from kbgpd_lab.lab.topology import Topology
@@ -95,6 +96,9 @@ async def test_unmodified_exabgp_announces_and_withdraws(
             return set(rib) == set(kept)
 
         await asyncio.to_thread(router.wait_rib, only_kept, 60)
+        # Unmodified too, ExaBGP's process maps no OpenSSL: the launcher keeps it out.
+        assert rt.supervisor.pid is not None
+        assert mapped_libraries(rt.supervisor.pid, OPENSSL_LIBRARIES) == set()
     [line] = launcher_warnings(caplog)
     assert "running ExaBGP unmodified (requested" in line
     # The launcher read the unpatched limit from ExaBGP and compared the driver's window.

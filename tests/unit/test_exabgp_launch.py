@@ -9,6 +9,8 @@ without touching the parsed route or sharing the per-neighbour rewrite.
 from __future__ import annotations
 
 import gc
+import importlib.util
+import json
 import os
 import random
 import subprocess
@@ -606,6 +608,136 @@ def test_launcher_runs_exabgp_unmodified_when_asked() -> None:
     assert "ExaBGP : 5.0." in out.stdout
     [line] = out.stderr.splitlines()
     assert "running ExaBGP unmodified (requested" in line
+
+
+# --------------------------------------------------------------------------- OpenSSL kept out
+
+#: What ``python -m bgpd.exabgp.launch version`` does (runpy, as ``-m``: the launcher's
+#: module-level imports, then its main() running ExaBGP's ``version`` command, whose entry
+#: point imports the server, the reactor and the configuration), then what that process
+#: maps and holds.
+OPENSSL_PROBE = """
+import json, os, runpy, sys
+sys.argv = ["launch", "version"]
+runpy.run_module("bgpd.exabgp.launch", run_name="__main__")
+from exabgp.bgp.neighbor import Neighbor
+from kbgpd_lab.kit.measure import OPENSSL_LIBRARIES, mapped_libraries
+print(json.dumps({
+    "mapped": sorted(mapped_libraries(os.getpid(), OPENSSL_LIBRARIES)),
+    "imported": sorted(n for n in ("ssl", "_ssl", "_hashlib") if sys.modules.get(n)),
+    "patched": Neighbor.remove_self.__module__ == "__main__",
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "openssl"),
+    [
+        pytest.param({}, False, id="patched"),
+        pytest.param({launch.UNMODIFIED_ENV: "1"}, False, id="unmodified"),
+        pytest.param({launch.OPENSSL_ENV: "1"}, True, id="asked-to-let-it-in"),
+    ],
+)
+def test_exabgps_process_maps_no_openssl(env: dict[str, str], openssl: bool) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", OPENSSL_PROBE],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, **env},
+    )
+    *version, last = out.stdout.splitlines()
+    assert "ExaBGP : 5.0.15" in version
+    got = json.loads(last)
+    assert got["patched"] is (launch.UNMODIFIED_ENV not in env)
+    if openssl:
+        assert got["mapped"] == ["libcrypto.so", "libssl.so"]
+    else:
+        assert got == {**got, "mapped": [], "imported": []}
+
+
+#: A stand-in for an ExaBGP whose entry point imports ``{module}`` at start (placed first on
+#: PYTHONPATH); its main says which process it runs in, with what.
+FAKE_MAIN = """
+import json, os, sys
+{module}
+
+def main():
+    print(json.dumps([os.getpid(), os.environ.get("{env}"), sys.argv]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "restarted"),
+    [
+        pytest.param("import ssl", True, id="ssl"),
+        pytest.param("import hashlib, _hashlib", True, id="hashlib"),
+        # asyncio's own optional import: no ssl, no restart.
+        pytest.param("import asyncio.sslproto", False, id="asyncio"),
+    ],
+)
+def test_an_exabgp_importing_openssl_is_started_again_with_it(
+    tmp_path: Path, module: str, restarted: bool
+) -> None:
+    main = tmp_path / "exabgp" / "application" / "main.py"
+    main.parent.mkdir(parents=True)
+    for package in (main.parent.parent, main.parent):
+        (package / "__init__.py").write_text("")
+    main.write_text(FAKE_MAIN.format(module=module, env=launch.OPENSSL_ENV))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bgpd.exabgp.launch", "version"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    # The same process (exec'd), with ExaBGP's own argv.
+    assert json.loads(out) == [proc.pid, "1" if restarted else None, ["exabgp", "version"]]
+    lines = err.splitlines()
+    restart = [line for line in lines if "kept out of its process" in line]
+    name = module.split(", ")[-1].removeprefix("import ")
+    want = f"kube-bgpd launcher warning: this ExaBGP imports {name}, kept out of its process"
+    assert restart == ([f"{want}: starting it with OpenSSL"] if restarted else [])
+    # Not the verified ExaBGP: it also runs unmodified, and says so.
+    assert any(line.startswith(launch.UNMODIFIED_MARK) for line in lines)
+
+
+@pytest.mark.parametrize(
+    ("environ", "imported", "builtin", "want"),
+    [
+        pytest.param({}, set(), True, launch.OPENSSL_MODULES, id="all"),
+        pytest.param({launch.OPENSSL_ENV: "1"}, set(), True, (), id="asked-to-let-it-in"),
+        pytest.param({launch.OPENSSL_ENV: ""}, set(), True, launch.OPENSSL_MODULES, id="empty"),
+        pytest.param({}, {"_hashlib", "hashlib"}, True, ("ssl", "_ssl"), id="already-imported"),
+        pytest.param({}, set(), False, ("ssl", "_ssl"), id="no-builtin-hashes"),
+    ],
+)
+def test_kept_out(
+    environ: dict[str, str], imported: set[str], builtin: bool, want: tuple[str, ...]
+) -> None:
+    assert launch.kept_out(environ, imported, builtin) == want
+
+
+def test_keep_out_makes_their_import_fail() -> None:
+    held = object()
+    modules: dict[str, Any] = {"_hashlib": held}
+    assert launch.keep_out({}, modules) == ("ssl", "_ssl")
+    assert modules == {"_hashlib": held, "ssl": None, "_ssl": None}
+
+
+def test_builtin_hashes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # This Python has them all, as the image's (python:3.11-slim) has.
+    assert launch.builtin_hashes()
+    find_spec = importlib.util.find_spec
+
+    def without_sha3(name: str) -> Any:
+        return None if name == "_sha3" else find_spec(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sha3)
+    assert not launch.builtin_hashes()
 
 
 # --------------------------------------------------------------------------- the tokenizer
