@@ -19,7 +19,7 @@ variant, best of ``--repeat``:
   packed /32s: what it does to report every UPDATE it sends to the speaker).
 
 Variants: ``stock`` (ExaBGP as published), ``launcher`` (bgpd/exabgp/launch.py's
-patches) and ``launcher-2026-11`` (the launcher without ``Family.family`` and
+patches, OpenSSL kept out) and ``launcher-2026-11`` (the launcher without ``Family.family`` and
 ``NLRI.unpack_nlri``, added 2026-12-02).
 """
 
@@ -41,13 +41,15 @@ VARIANTS = ("stock", "launcher-2026-11", "launcher")
 
 
 def apply_variant(variant: str) -> None:
-    """Patch this interpreter's ExaBGP as the variant says."""
+    """Patch this interpreter's ExaBGP as the variant says; a launcher variant keeps
+    OpenSSL out first, before ExaBGP is imported, as the launcher does."""
     if variant == "stock":
         return
+    from bgpd.exabgp import launch
+
+    launch.keep_out()
     from exabgp.bgp.message.update.nlri.nlri import NLRI
     from exabgp.protocol.family import Family
-
-    from bgpd.exabgp import launch
 
     unpack, family = NLRI.__dict__["unpack_nlri"], Family.__dict__["family"]
     if launch.patch({}) is not None:
