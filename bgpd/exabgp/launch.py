@@ -54,7 +54,7 @@ Before all of this, patched or not, the launcher keeps OpenSSL out of ExaBGP's p
 (:func:`keep_out`): there ``import ssl``, ``import _ssl`` and ``import _hashlib`` raise
 ImportError (``sys.modules[name] = None``, the import system's documented way), so neither
 libssl nor libcrypto is mapped: ~4.5 MiB of ExaBGP's RSS at idle (docs/benchmarks.md,
-"OpenSSL out of ExaBGP's process: session 11"). Nothing there uses them. BGP has no TLS
+"OpenSSL out of ExaBGP's process (session 11)"). Nothing there uses them. BGP has no TLS
 (TCP-MD5 is the kernel's: ExaBGP sets it with setsockopt), ExaBGP 5.0.15 imports neither
 ``ssl`` nor ``hashlib`` (grep), asyncio imports ``ssl`` optionally (``ssl = None``:
 only a TLS connection or server needs it), and ``hashlib``, which the launcher's digests,
