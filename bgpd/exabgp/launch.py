@@ -1029,6 +1029,13 @@ def restart_with_openssl(name: str) -> NoReturn:
 
 
 def main() -> None:
+    """``python -m exabgp`` in this process, OpenSSL kept out and ExaBGP patched.
+
+    ExaBGP's entry point is imported before :func:`patch` so that an ExaBGP needing a
+    module kept out is found before anything else of it runs (then started again, with
+    OpenSSL). The order changes nothing :func:`patch` does: it replaces what ExaBGP looks
+    up when it calls it (class attributes, module globals, the command registry's
+    entries), and its checks import most of ExaBGP themselves."""
     names = keep_out()
     try:
         entry = importlib.import_module(ENTRY)
