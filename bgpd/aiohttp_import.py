@@ -1,0 +1,77 @@
+"""aiohttp as the product imports it: once, here, without two import-time costs it
+never uses (issue 18: the daemon's memory and start on every node).
+
+Every product module takes aiohttp's names from this module (an import-linter contract
+forbids importing aiohttp anywhere else in `bgpd` and `k8s_watcher`), so aiohttp's
+first import in a product process is this one, whichever module comes first.
+
+* `aiohttp.connector` builds two default TLS client contexts when it is imported
+  (`_SSL_CONTEXT_VERIFIED`, `_SSL_CONTEXT_UNVERIFIED`), each loading the system's CA
+  store (`set_default_verify_paths`: about 140 certificates, ~20 ms and ~1 MiB each on
+  the benchmark machine). aiohttp uses them only for a TLS request whose `ssl` is left
+  at `True`. The product makes none: the API client passes a context of its own for an
+  https server (the cluster's CA, or the system store when a kubeconfig names no CA:
+  `k8s_watcher.client.ssl_context`) and `system_tls()` for an HTTPS proxy, the
+  data-plane probe `system_tls()` for an https node URL. So aiohttp is imported with
+  `set_default_verify_paths` doing nothing: its default contexts trust no CA, and a
+  request that fell through to them would fail verification (closed, never open).
+* `aiohttp.web` builds a `mimetypes.MimeTypes` table at import (for serving files),
+  which reads /etc/mime.types (~0.35 MiB, ~2 ms). The product serves no files and
+  guesses no types: the table is built from Python's built-in types only. That
+  initialises `mimetypes` for the process, so its module functions know those types
+  only too.
+
+Both last only for the import: `set_default_verify_paths` and the list of known files
+are restored right after, so a context built later loads the system store as before.
+In a process that imported aiohttp before this module (a test, a tool) aiohttp's
+defaults are its own; the product's requests do not depend on them either way.
+"""
+
+from __future__ import annotations
+
+import mimetypes
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache
+
+#: The SSLContext method that loads the system's CA store (create_default_context and
+#: aiohttp's unverified context both call it).
+_LOAD_SYSTEM_STORE = "set_default_verify_paths"
+
+
+def _trust_nothing(self: ssl.SSLContext) -> None:
+    """`set_default_verify_paths` for aiohttp's import: load no CA."""
+
+
+@contextmanager
+def _without_unused_tables() -> Iterator[None]:
+    own = ssl.SSLContext.__dict__.get(_LOAD_SYSTEM_STORE)
+    known_files = mimetypes.knownfiles
+    setattr(ssl.SSLContext, _LOAD_SYSTEM_STORE, _trust_nothing)
+    mimetypes.knownfiles = []
+    try:
+        yield
+    finally:
+        mimetypes.knownfiles = known_files
+        if own is None:
+            delattr(ssl.SSLContext, _LOAD_SYSTEM_STORE)
+        else:
+            setattr(ssl.SSLContext, _LOAD_SYSTEM_STORE, own)
+
+
+with _without_unused_tables():
+    import aiohttp
+    from aiohttp import web
+    from aiohttp.helpers import get_env_proxy_for_url
+
+
+@cache
+def system_tls() -> ssl.SSLContext:
+    """A client context that verifies against the system's CA store (what aiohttp's
+    verified default was), for the product's TLS that names no CA of its own. Built on
+    first use, so a node that needs none never loads the store."""
+    return ssl.create_default_context()
+
+
+__all__ = ["aiohttp", "get_env_proxy_for_url", "system_tls", "web"]
