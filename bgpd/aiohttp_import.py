@@ -1,4 +1,4 @@
-"""aiohttp as the product imports it: once, here, without two import-time costs it
+"""aiohttp as the product imports it: once, here, without three import-time costs it
 never uses (issue 18: the daemon's memory and start on every node).
 
 Every product module takes aiohttp's names from this module (an import-linter contract
@@ -20,9 +20,14 @@ first import in a product process is this one, whichever module comes first.
   guesses no types: the table is built from Python's built-in types only. That
   initialises `mimetypes` for the process, so its module functions know those types
   only too.
+* frozenlist (the lists behind aiohttp's signals) is imported without its C extension
+  (`FROZENLIST_NO_EXTENSIONS`, frozenlist's own switch): that extension is the one part
+  of aiohttp and its dependencies built as C++, and loading it maps the C++ runtime
+  (libstdc++, ~1 MiB RSS per process) for lists that are read a few times per request.
 
-Both last only for the import: `set_default_verify_paths` and the list of known files
-are restored right after, so a context built later loads the system store as before.
+All three last only for the import: `set_default_verify_paths`, the list of known files
+and the environment are restored right after, so a context built later loads the system
+store as before and child processes inherit the environment as it was.
 In a process that imported aiohttp before this module (a test, a tool) aiohttp's
 defaults are its own; the product's requests do not depend on them either way.
 """
@@ -30,6 +35,7 @@ defaults are its own; the product's requests do not depend on them either way.
 from __future__ import annotations
 
 import mimetypes
+import os
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +44,8 @@ from functools import cache
 #: The SSLContext method that loads the system's CA store (create_default_context and
 #: aiohttp's unverified context both call it).
 _LOAD_SYSTEM_STORE = "set_default_verify_paths"
+#: frozenlist's switch to its Python implementation.
+_PURE_FROZENLIST = "FROZENLIST_NO_EXTENSIONS"
 
 
 def _trust_nothing(self: ssl.SSLContext) -> None:
@@ -48,11 +56,17 @@ def _trust_nothing(self: ssl.SSLContext) -> None:
 def _without_unused_tables() -> Iterator[None]:
     own = ssl.SSLContext.__dict__.get(_LOAD_SYSTEM_STORE)
     known_files = mimetypes.knownfiles
+    pure = os.environ.get(_PURE_FROZENLIST)
     setattr(ssl.SSLContext, _LOAD_SYSTEM_STORE, _trust_nothing)
     mimetypes.knownfiles = []
+    os.environ[_PURE_FROZENLIST] = "1"
     try:
         yield
     finally:
+        if pure is None:
+            del os.environ[_PURE_FROZENLIST]
+        else:
+            os.environ[_PURE_FROZENLIST] = pure
         mimetypes.knownfiles = known_files
         if own is None:
             delattr(ssl.SSLContext, _LOAD_SYSTEM_STORE)

@@ -7,6 +7,8 @@ configuration from the cluster, the credentials), on every node:
   service account. It resolves a configuration from cluster objects and parses a JSON
   cluster dump; `yaml` must not be loaded. Reading a YAML file still loads it there.
 * difflib (~0.2 MiB), which only an unknown field's "did you mean" message needs.
+* frozenlist's C extension, the one C++ part of aiohttp's dependencies (it maps the C++
+  runtime, ~1 MiB RSS), with the process's environment left as it was.
 * The system's CA store in aiohttp's two default TLS contexts (~1 MiB and ~20 ms each,
   bgpd.aiohttp_import) and the system's MIME types file in aiohttp.web's table: the
   interpreter's "system store" is a file holding one CA (SSL_CERT_FILE) and its MIME
@@ -35,8 +37,9 @@ import pytest
 from kbgpd_lab.apisim.tls import SelfSigned, make_self_signed
 
 SPEAKER_IMPORTS = r"""
-import json, mimetypes, sys
+import json, mimetypes, os, sys
 mimetypes.knownfiles = [sys.argv[1]]
+environ = dict(os.environ)
 from bgpd.cli import build_parser
 build_parser(only="speaker")
 import bgpd.speaker.app, k8s_watcher.cache, k8s_watcher.config_source
@@ -75,6 +78,8 @@ print(json.dumps({
     "a default context's CAs afterwards":
         ssl.create_default_context().cert_store_stats()["x509_ca"],
     "the made-up MIME type": mimetypes.guess_type("a.kubebgpdtest")[0],
+    "frozenlist's C extension": "frozenlist._frozenlist" in sys.modules,
+    "the environment as it was": dict(os.environ) == environ,
 }))
 """
 )
@@ -115,6 +120,8 @@ def test_the_speakers_imports_leave_out_what_it_does_not_use(
         "aiohttp's default CAs": [0, 0],
         "a default context's CAs afterwards": 1,
         "the made-up MIME type": None,
+        "frozenlist's C extension": False,
+        "the environment as it was": True,
     }
 
 
