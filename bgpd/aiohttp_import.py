@@ -27,9 +27,11 @@ first import in a product process is this one, whichever module comes first.
 
 All three last only for the import: `set_default_verify_paths`, the list of known files
 and the environment are restored right after, so a context built later loads the system
-store as before and child processes inherit the environment as it was.
-In a process that imported aiohttp before this module (a test, a tool) aiohttp's
-defaults are its own; the product's requests do not depend on them either way.
+store as before and child processes inherit the environment as it was. They are made
+only if aiohttp is not imported yet (in a kube-bgpd process: at start, before any
+thread). In a process that imported aiohttp before this module (a test, a tool) nothing
+is changed and aiohttp's defaults are its own; the product's requests do not depend on
+them either way.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from __future__ import annotations
 import mimetypes
 import os
 import ssl
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cache
@@ -54,6 +57,11 @@ def _trust_nothing(self: ssl.SSLContext) -> None:
 
 @contextmanager
 def _without_unused_tables() -> Iterator[None]:
+    if "aiohttp" in sys.modules:
+        # Imported already: nothing to leave out, and no process-wide change to make
+        # while other threads may be running.
+        yield
+        return
     own = ssl.SSLContext.__dict__.get(_LOAD_SYSTEM_STORE)
     known_files = mimetypes.knownfiles
     pure = os.environ.get(_PURE_FROZENLIST)
