@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
@@ -45,6 +44,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Sample
 
 from bgpd import __version__
+from bgpd.aiohttp_import import web
 from bgpd.metric_rows import AnnouncedRows, Encoded, LineEncoder, Rows, ServingRows
 from bgpd.model import (
     ClusterSnapshot,

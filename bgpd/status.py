@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiohttp import web
+from bgpd.aiohttp_import import web
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,9 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import quote
 
-import aiohttp
-from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
+from bgpd.aiohttp_import import aiohttp, get_env_proxy_for_url, system_tls
 from k8s_watcher.credentials import SERVICE_ACCOUNT, Credentials, CredentialSource, shared
 from k8s_watcher.errors import (
     ApiUnavailable,
@@ -171,9 +170,12 @@ class KubeClient:
 
     def _ssl_for(self, creds: Credentials) -> ssl.SSLContext | None:
         """The TLS context of these credentials, built once per credentials in hand (an
-        exec plugin may hand out a new client certificate)."""
+        exec plugin may hand out a new client certificate). A plain-HTTP server has
+        none, unless it is reached through an HTTPS proxy (a kubeconfig's proxy-url):
+        aiohttp then verifies the proxy with the request's context, here the system's
+        CA store (aiohttp's own default trusts no CA in the product: bgpd.aiohttp_import)."""
         if not creds.server.startswith("https:"):
-            return None
+            return system_tls() if (creds.proxy or "").startswith("https:") else None
         held, context = self._tls
         if held is None or (held.ca_data, held.cert_data, held.key_data, held.verify) != (
             creds.ca_data,

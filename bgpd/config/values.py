@@ -4,7 +4,6 @@ Doc and returns None for a bad value; none raises."""
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 import reprlib
@@ -90,6 +89,10 @@ def read_fields(
         elif key in unsupported:
             doc.error(join_path(path, key), f"not supported: {unsupported[key]}")
         elif key not in ignored_set:
+            # Imported here, for a message only: a valid configuration never needs it
+            # (difflib is ~0.2 MiB in every speaker otherwise).
+            import difflib
+
             close = difflib.get_close_matches(key, sorted(known_set), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             doc.error(join_path(path, _safe_key(key)), f"unknown field{hint}")

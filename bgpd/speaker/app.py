@@ -71,9 +71,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 from prometheus_client import CollectorRegistry
 
+from bgpd.aiohttp_import import aiohttp
 from bgpd.bandwidth import bytes_per_second
 from bgpd.bfd.heartbeat import BfdWatchdog
 from bgpd.bfd.readback import status_rows

@@ -18,8 +18,7 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import aiohttp
-
+from bgpd.aiohttp_import import aiohttp, system_tls
 from bgpd.model import DataPlaneCheck, ServiceKey
 
 #: The most of an answer's body kept to explain a failure.
@@ -48,10 +47,13 @@ def service_url(check: DataPlaneCheck, port: int) -> str:
 
 
 async def ask(session: aiohttp.ClientSession, url: str, within: float) -> Answer:
-    """GET `url`: passed when it answers 200 within `within` seconds."""
+    """GET `url`: passed when it answers 200 within `within` seconds. An https URL is
+    verified against the system's CA store (aiohttp's own default trusts no CA in the
+    product: bgpd.aiohttp_import)."""
+    tls = system_tls() if url.startswith("https:") else True
     try:
         async with asyncio.timeout(within):
-            async with session.get(url, allow_redirects=False) as response:
+            async with session.get(url, allow_redirects=False, ssl=tls) as response:
                 body = (await response.content.read(_BODY)).decode("utf-8", "replace")
                 return Answer(response.status == 200, f"HTTP {response.status} {body.strip()}")
     except TimeoutError:
