@@ -19,7 +19,9 @@ endpoint on node1, so each is one /32 at BIRD) and each source in ``--sources``:
   when each phase of its start ended, from its log (START_EVENTS);
 * once all routes are there and 3 s later, reads the RSS of the daemon, its ExaBGP and
   ExaBGP's children (the helper, "-" when there is none: a patched ExaBGP runs the
-  relay as a thread of its own, bgpd/exabgp/bridge.py) from /proc.
+  relay as a thread of its own, bgpd/exabgp/bridge.py) from /proc, and the peak RSS
+  (VmHWM) of the daemon and ExaBGP since they started, summed: what a memory limit on
+  the tree must leave room for (the daemon's read before /status is asked).
 
 From the API, ``--credentials in-cluster`` (the default: the DaemonSet's case) runs the
 speaker as in a pod: the simulator serves HTTPS and wants a token, and the speaker finds
@@ -85,6 +87,7 @@ from kbgpd_lab.kit.measure import (
     address,
     children_rss_kb,
     pct,
+    peak_rss_kb,
     prefixes,
     rss_kb,
     tree_pss_kb,
@@ -112,6 +115,11 @@ class Row:
     #: PSS of the same processes together (what they take of the node's memory, shared
     #: library pages counted once: kbgpd_lab.kit.measure.pss_kb).
     tree_pss_kb: int
+    #: The daemon's peak RSS plus ExaBGP's plus the helper's RSS (KiB): VmHWM, the most
+    #: each process held since it started (the first sync's LIST, decision and ExaBGP's
+    #: intake), summed whether or not the peaks came together, so what a memory limit
+    #: on the tree must leave room for.
+    peak_kb: int
     #: How the speaker got its API credentials ("" for a dump or the bare ExaBGP).
     credentials: str = ""
 
@@ -122,6 +130,7 @@ class Row:
             self.what,
             f"{self.services:,}",
             f"{total / 1024:.1f}",
+            f"{self.peak_kb / 1024:.1f}",
             f"{self.tree_pss_kb / 1024:.1f}",
             daemon,
             f"{self.exabgp_kb / 1024:.1f}",
@@ -137,6 +146,7 @@ HEADER = [
     "source",
     "Services",
     "RSS total MiB",
+    "peak RSS total MiB",
     "PSS total MiB",
     "daemon",
     "ExaBGP",
@@ -263,11 +273,22 @@ def measure_speaker(
                     time.sleep(0.02)
             first = last = time.monotonic()
         time.sleep(3)
-        daemon, exa, helper, pss = speaker.memory()
+        mem = speaker.memory()
     except BaseException:
         speaker.stop()
         raise
-    row = Row(what, n, last - speaker.started, last - first, daemon, exa, helper, pss, credentials)
+    row = Row(
+        what,
+        n,
+        last - speaker.started,
+        last - first,
+        mem.daemon,
+        mem.exabgp,
+        mem.helper,
+        mem.pss,
+        mem.daemon_peak + mem.exabgp_peak + mem.helper,
+        credentials,
+    )
     phases = start_phases(speaker.log.read_text(errors="replace"), wall_started)
     phases += [("first route at BIRD", first - speaker.started)]
     phases += [("last route at BIRD", last - speaker.started)]
@@ -300,6 +321,7 @@ def measure_bare(topo: Topology, bird: BirdCtl, work: Path, n: int) -> Row:
             rss_kb(bare.pid),
             children_rss_kb(bare.pid),
             tree_pss_kb(bare.pid),
+            peak_rss_kb(bare.pid) + children_rss_kb(bare.pid),
         )
     finally:
         bare.close()

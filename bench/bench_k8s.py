@@ -72,13 +72,14 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from kbgpd_lab.kit.incluster import ServiceAccount, in_cluster
 from kbgpd_lab.kit.measure import (
     address,
     children_rss_kb,
     pct,
+    peak_rss_kb,
     prefixes,
     pss_kb,
     rss_kb,
@@ -255,17 +256,38 @@ class Speaker:
         """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper)."""
         return self.memory()[:3]
 
-    def memory(self) -> tuple[int, int, int, int]:
-        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper), and
-        the PSS of the three together. The daemon's are read first: answering /status
-        (which names ExaBGP's pid) renders every route, and the daemon's RSS keeps that
-        peak (~14 MiB at 10,000 routes)."""
-        daemon, daemon_pss = rss_kb(self.child.pid), pss_kb(self.child.pid)
+    def memory(self) -> Memory:
+        """RSS in KiB of the daemon, its ExaBGP and ExaBGP's children (the helper), the
+        PSS of the three together, and the daemon's and ExaBGP's peak RSS. The daemon's
+        are read first: answering /status (which names ExaBGP's pid) renders every route,
+        and the daemon's RSS keeps that peak (~14 MiB at 10,000 routes)."""
+        pid = self.child.pid
+        daemon, daemon_pss, daemon_peak = rss_kb(pid), pss_kb(pid), peak_rss_kb(pid)
         exa = int(json.loads(self.get("/status"))["exabgp"]["pid"])
-        return daemon, rss_kb(exa), children_rss_kb(exa), daemon_pss + tree_pss_kb(exa)
+        return Memory(
+            daemon,
+            rss_kb(exa),
+            children_rss_kb(exa),
+            daemon_pss + tree_pss_kb(exa),
+            daemon_peak,
+            peak_rss_kb(exa),
+        )
 
     def stop(self) -> None:
         self.group.stop()
+
+
+class Memory(NamedTuple):
+    """A speaker's memory (Speaker.memory), in KiB."""
+
+    daemon: int
+    exabgp: int
+    helper: int
+    #: PSS of the three together.
+    pss: int
+    #: The most RSS the daemon had since it started (VmHWM), before /status was asked.
+    daemon_peak: int
+    exabgp_peak: int
 
 
 @contextmanager

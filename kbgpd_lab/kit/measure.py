@@ -28,12 +28,23 @@ def address(i: int) -> str:
     return prefixes(1, base=i)[0].split("/")[0]
 
 
-def rss_kb(pid: int) -> int:
-    """Resident memory of one process in KiB (/proc/PID/status), 0 if unknown."""
+def _status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field):
             return int(line.split()[1])
     return 0
+
+
+def rss_kb(pid: int) -> int:
+    """Resident memory of one process in KiB (/proc/PID/status), 0 if unknown."""
+    return _status_kb(pid, "VmRSS:")
+
+
+def peak_rss_kb(pid: int) -> int:
+    """The most resident memory one process has had since it started, in KiB (VmHWM in
+    /proc/PID/status), 0 if unknown: what a memory limit must leave room for, where
+    :func:`rss_kb` is the moment's."""
+    return _status_kb(pid, "VmHWM:")
 
 
 def pss_kb(pid: int) -> int:
