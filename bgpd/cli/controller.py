@@ -153,6 +153,12 @@ def run(args: argparse.Namespace) -> int:
             metrics,
             list(args.config),
             config_namespace=args.config_from_cluster,
+            # The log format a file's SpeakerConfig set at start (no --log-format flag).
+            started_log_format=(
+                str(config.speaker.log_format)
+                if config is not None and args.log_format is None
+                else None
+            ),
         )
     )
 
@@ -173,6 +179,7 @@ async def _main(
     config_paths: list[str],
     *,
     config_namespace: str | None = None,
+    started_log_format: str | None = None,
 ) -> int:
     """`config` from the files, or None with `config_namespace`: then the configuration
     comes from the cluster (k8s_watcher.config_source), each change to every controller."""
@@ -224,7 +231,10 @@ async def _main(
     assert config is not None
     if config_namespace is None:
         running = [config]
-        loop.add_signal_handler(signal.SIGHUP, lambda: _reload(config_paths, controllers, running))
+        loop.add_signal_handler(
+            signal.SIGHUP,
+            lambda: _reload(config_paths, controllers, running, started_log_format),
+        )
     registry = CollectorRegistry()
     runner = None
     if metrics is not None:
@@ -249,9 +259,19 @@ async def _main(
             await runner.cleanup()
 
 
-def _reload(paths: list[str], controllers: list[Controller], running: list[Config]) -> None:
+def _reload(
+    paths: list[str],
+    controllers: list[Controller],
+    running: list[Config],
+    started_log_format: str | None = None,
+) -> None:
     """SIGHUP: re-read the config; a broken file, or one that would remove every pool
-    (bgpd.config.emptying), keeps the running config `running[0]` (and says so)."""
+    (bgpd.config.emptying), keeps the running config `running[0]` (and says so).
+
+    Of SpeakerConfig the controller reads `loadBalancerClass` where it is used (a reload
+    puts it in force) and `logFormat` once, at start, when no --log-format flag was given
+    (`started_log_format`): a reload that changes it says `config.restart_needed`, as the
+    speaker's does, instead of "reloaded" while the old format stays."""
     import logging
 
     from bgpd.config.reload import reload_config
@@ -271,6 +291,17 @@ def _reload(paths: list[str], controllers: list[Controller], running: list[Confi
     running[0] = outcome.config
     for controller in controllers:
         controller.set_config(outcome.config)
+    new_format = str(outcome.config.speaker.log_format)
+    if started_log_format is not None and new_format != started_log_format:
+        log(
+            logger,
+            logging.WARNING,
+            "config.restart_needed",
+            fields="spec.logFormat",
+            hint="read when the controller starts: it keeps logging as "
+            f"{started_log_format} until it is restarted; the rest of the new config is "
+            "in force",
+        )
     log(logger, logging.INFO, "config.reloaded")
 
 
