@@ -22,7 +22,7 @@ the API simulator, on a thread of this process, on 127.0.0.1:
   conversion, informers, indexes), not the simulator's thread, per Service with its slice.
 
 Garbage collection is off throughout, as in the speaker until its first sync is settled
-(bgpd.speaker.heap). Each figure is the minimum over ``--rounds`` rounds. The load
+(bgpd.heap). Each figure is the minimum over ``--rounds`` rounds. The load
 average and UTC time are printed beside the figures.
 """
 

@@ -326,6 +326,7 @@ async def _supervise(
                 options,
                 registry=registry,
                 elected=lambda _elector, controller: controllers.append(controller),
+                settle_heap=True,
             ),
             name="controller",
         )

@@ -278,9 +278,9 @@ def _preflight(args: argparse.Namespace) -> tuple[str | None, DumpRead | None]:
     import asyncio
 
     if args.cluster_file:
+        from bgpd import heap
         from bgpd.clusterfile import read_dump
         from bgpd.objects import DumpError
-        from bgpd.speaker import heap
 
         try:
             # Everything the dump holds lives on, without reference cycles: the full

@@ -17,7 +17,7 @@ tasks:
 * ``events-start`` (only when the source holds its Events: the Kubernetes API) lets
   the source write its Events once the first decision's routes are accepted,
 * ``heap-freeze`` once the first decision's routes are accepted, collects and
-  freezes the heap and hands the freed memory back (``bgpd.speaker.heap``: later full
+  freezes the heap and hands the freed memory back (``bgpd.heap``: later full
   collections skip the first sync's objects); later, hands freed memory back whenever
   the RSS grew,
 * ``data-plane`` (only with SpeakerConfig.dataPlaneCheck) polls kube-proxy's health
@@ -73,6 +73,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from bgpd import heap
 from bgpd.aiohttp_import import aiohttp
 from bgpd.bandwidth import bytes_per_second
 from bgpd.bfd.heartbeat import BfdWatchdog
@@ -117,7 +118,7 @@ from bgpd.model import (
 )
 from bgpd.mqtt import MQTTPublisher, backoff_delay
 from bgpd.reconciler import PassResult, Reconciler
-from bgpd.speaker import attribute_state, cluster_status, drain, heap
+from bgpd.speaker import attribute_state, cluster_status, drain
 from bgpd.speaker.bfd_follow import BfdFollow, say_goodbye
 from bgpd.speaker.dataplane import (
     DataPlaneState,
@@ -154,7 +155,7 @@ _logger = logging.getLogger("bgpd.speaker")
 
 #: sys.setswitchinterval() while the speaker runs (see Speaker.run).
 SWITCH_INTERVAL = 0.0005
-#: The heap is settled (bgpd.speaker.heap.settle) once the first decision's routes are
+#: The heap is settled (bgpd.heap.settle) once the first decision's routes are
 #: all accepted, or this many seconds after the first decision at the latest.
 GC_FREEZE_WITHIN = 60.0
 #: No automatic collection from the start until the heap is settled, for at most this
@@ -896,7 +897,7 @@ class Speaker:
         return {"cluster": self.source.synced}
 
     async def _settle_heap(self) -> None:
-        """See bgpd.speaker.heap.settle: once the first decision's routes reached ExaBGP;
+        """See bgpd.heap.settle: once the first decision's routes reached ExaBGP;
         then, every heap.RELEASE_INTERVAL, heap.release_if_grown().
 
         Until then (FIRST_SYNC_GC_PAUSE at most) automatic collection is paused: the
@@ -918,17 +919,8 @@ class Speaker:
         await self.driver.wait_converged(
             within=max(0.0, decided_at + GC_FREEZE_WITHIN - time.monotonic())
         )
-        started = time.monotonic()
         done = heap.settle()
-        log(
-            _logger,
-            logging.INFO,
-            "speaker.heap_frozen",
-            objects=done.frozen,
-            seconds=round(time.monotonic() - started, 3),
-            rss_mib=round(done.rss_after / 2**20, 1),
-            released_mib=round((done.rss_before - done.rss_after) / 2**20, 1),
-        )
+        log(_logger, logging.INFO, "speaker.heap_frozen", **done.log_context())
         # Later bursts (a /status answer, a re-list, a big change) leave freed memory
         # behind too: hand it back when the RSS grew.
         since = done.rss_after

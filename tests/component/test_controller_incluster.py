@@ -93,8 +93,16 @@ async def test_controller_uses_in_cluster_credentials(tmp_path: Path) -> None:
                 lease = sim.store.get("leases", "kube-bgpd-controller", "kube-system")
                 assert lease is not None, "the Lease goes to the service account's namespace"
                 assert lease["spec"]["holderIdentity"] == "pod-1"
+                # A controller in a process of its own settles its heap after its first
+                # round (bgpd.heap), once.
+                await wait_until_async(
+                    lambda: "controller.heap_frozen" in log.read_text(errors="replace"),
+                    within=30,
+                    what="the heap settled after the first round",
+                )
                 proc.send_signal(signal.SIGTERM)
                 assert await asyncio.wait_for(proc.wait(), 20) == 0
+                assert log.read_text(errors="replace").count("controller.heap_frozen") == 1
             except BaseException:
                 print(log.read_text())
                 raise

@@ -1,4 +1,4 @@
-"""bgpd.speaker.heap: after the first sync the freed memory goes back to the system."""
+"""bgpd.heap: after the first sync the freed memory goes back to the system."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bgpd.speaker import heap
+from bgpd import heap
 
 
 @pytest.fixture
@@ -42,6 +42,13 @@ def test_settle_freezes_and_hands_freed_memory_back(unfrozen: None) -> None:
     assert done.frozen == gc.get_freeze_count() > 0
     assert done.rss_before - done.rss_after >= 16 * 2**20
     assert len(kept) == 2_000
+    # What the speaker's and the controller's heap_frozen lines say.
+    said = done.log_context()
+    assert said["objects"] == done.frozen
+    assert said["released_mib"] >= 16
+    assert said["rss_mib"] == round(done.rss_after / 2**20, 1)
+    assert done.seconds > 0
+    assert said["seconds"] == round(done.seconds, 3)
 
 
 def test_release_if_grown_hands_back_only_after_growth() -> None:

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from sourcekit import StillSource
 
+from bgpd import heap
 from bgpd.model import BGPPeer, Config, Node, NodeName, PeerName, SpeakerConfig
-from bgpd.speaker import app, heap
+from bgpd.speaker import app
 from bgpd.speaker.app import Speaker
 
 NODE = NodeName("n1")

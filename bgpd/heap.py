@@ -21,6 +21,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -60,6 +61,18 @@ class Settled:
     rss_before: int
     rss_after: int
     trimmed: bool
+    #: How long settle() took (it holds the event loop that long).
+    seconds: float = 0.0
+
+    def log_context(self) -> dict[str, float]:
+        """What the caller's `*.heap_frozen` line says: objects frozen, the seconds it
+        took, the RSS after and the memory handed back (MiB)."""
+        return {
+            "objects": self.frozen,
+            "seconds": round(self.seconds, 3),
+            "rss_mib": round(self.rss_after / 2**20, 1),
+            "released_mib": round((self.rss_before - self.rss_after) / 2**20, 1),
+        }
 
 
 def release() -> bool:
@@ -97,11 +110,12 @@ def settle() -> Settled:
     triggered one, e.g. during a /metrics scrape; after the freeze 3-18 ms. Frozen
     objects are still freed by reference counting; only a reference cycle among them
     would stay (our model objects are frozen and acyclic)."""
+    started = time.monotonic()
     gc.collect()
     gc.freeze()
     before = rss_bytes()
     trimmed = release()
-    return Settled(gc.get_freeze_count(), before, rss_bytes(), trimmed)
+    return Settled(gc.get_freeze_count(), before, rss_bytes(), trimmed, time.monotonic() - started)
 
 
 @contextlib.contextmanager
