@@ -47,6 +47,13 @@ Hazards, and what this does about them:
   or a SIGSTOP of the speaker's process group does not stop it with the speaker.
 * **A watchdog that is itself starved** of CPU fires late, never early: it measures with
   CLOCK_MONOTONIC from the last beat it read, and a stalled speaker writes none.
+* **Two ways to learn the speaker is gone, at once**: its death closes the pipe (EOF) and
+  sends PR_SET_PDEATHSIG's SIGTERM together. The EOF path took bfdd's PID from its state
+  and the SIGTERM handler, run between two steps of that path, found none and exited
+  before the kill: bfdd ran on (tests/component/test_bfd_watchdog.py, about one run in
+  ten with a CPU-bound process beside it). Each kill or continue (``fire``, ``thaw``)
+  therefore runs with SIGTERM blocked (:func:`_sigterm_held`): the handler runs after it,
+  never inside it, and finds the work done.
 
 Role: only this. It knows nothing of BGP, ExaBGP or bfdd's configuration.
 """
@@ -92,6 +99,17 @@ def _signal(process: tuple[int, int], signum: int) -> bool:
     return True
 
 
+class _sigterm_held:  # used as a function: `with _sigterm_held():`
+    """SIGTERM blocked inside, delivered (to the handler _follow_parent sets) after. A
+    class, not contextlib's decorator: this program imports as little as it can."""
+
+    def __enter__(self) -> None:
+        self.held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, self.held)
+
+
 def _say(line: str) -> None:
     """One line to the speaker (it logs each as an event of that name)."""
     sys.stderr.write(line + "\n")
@@ -115,24 +133,26 @@ class Watchdog:
 
     def fire(self, reason: str) -> None:
         """SIGKILL bfdd if it is still the process the speaker named; on a stalled loop,
-        stop ExaBGP too (see the module docstring)."""
-        if self.target is None:
-            return
-        target, self.target = self.target, None
-        if not _signal(target, signal.SIGKILL):
-            return
-        self.kills += 1
-        _say(f"bfd.watchdog_killed pid={target[0]} reason={reason}")
-        stalled = reason == "loopStalled" and self.frozen is None
-        if stalled and self.exabgp is not None and _signal(self.exabgp, signal.SIGSTOP):
-            self.frozen = self.exabgp
-            _say(f"bfd.watchdog_stopped_exabgp pid={self.exabgp[0]}")
+        stop ExaBGP too (see the module docstring). SIGTERM held meanwhile."""
+        with _sigterm_held():
+            if self.target is None:
+                return
+            target, self.target = self.target, None
+            if not _signal(target, signal.SIGKILL):
+                return
+            self.kills += 1
+            _say(f"bfd.watchdog_killed pid={target[0]} reason={reason}")
+            stalled = reason == "loopStalled" and self.frozen is None
+            if stalled and self.exabgp is not None and _signal(self.exabgp, signal.SIGSTOP):
+                self.frozen = self.exabgp
+                _say(f"bfd.watchdog_stopped_exabgp pid={self.exabgp[0]}")
 
     def thaw(self) -> None:
-        """SIGCONT the ExaBGP this watchdog stopped, if any."""
-        frozen, self.frozen = self.frozen, None
-        if frozen is not None and _signal(frozen, signal.SIGCONT):
-            _say(f"bfd.watchdog_continued_exabgp pid={frozen[0]}")
+        """SIGCONT the ExaBGP this watchdog stopped, if any. SIGTERM held meanwhile."""
+        with _sigterm_held():
+            frozen, self.frozen = self.frozen, None
+            if frozen is not None and _signal(frozen, signal.SIGCONT):
+                _say(f"bfd.watchdog_continued_exabgp pid={frozen[0]}")
 
     def on_line(self, line: bytes) -> None:
         words = line.split()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -145,3 +146,44 @@ def test_the_speaker_gone_continues_a_stopped_exabgp(
     wait_until(lambda: state(exabgp.pid) != "T", what="ExaBGP continued")
     assert dog.frozen is None
     os.close(r)
+
+
+#: The speaker's death as the watchdog sees it, both ways at once: the EOF path's kill is
+#: under way when PR_SET_PDEATHSIG's SIGTERM arrives (sent here from inside the kill, the
+#: widest window), and the handler _follow_parent installs runs. argv: bfdd's stand-in PID.
+SPEAKER_GONE_TWICE = r"""
+import os, signal, sys
+from bgpd.bfd import watchdog
+
+pid = int(sys.argv[1])
+real = watchdog._signal
+
+def signal_with_sigterm_arriving(process, signum):
+    os.kill(os.getpid(), signal.SIGTERM)  # the handler may run at the next step
+    return real(process, signum)
+
+watchdog._signal = signal_with_sigterm_arriving
+dog = watchdog.Watchdog(5.0)
+watchdog._follow_parent(dog, os.getppid())
+dog.on_line(f"pid {pid} {watchdog.start_time(pid)}".encode())
+dog.fire("speakerGone")  # the EOF path
+dog.thaw()
+"""
+
+
+def test_a_sigterm_during_the_eof_paths_kill_still_kills_bfdd(
+    child: subprocess.Popen[bytes],
+) -> None:
+    """EOF and PR_SET_PDEATHSIG's SIGTERM come together when the speaker dies; without
+    SIGTERM held during the kill, the handler ran inside it, found the target taken and
+    exited first: bfdd ran on (seen in tests/component/test_bfd_watchdog.py)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPEAKER_GONE_TWICE, str(child.pid)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert child.wait(timeout=10) == -9
+    assert done.stderr.count("bfd.watchdog_killed") == 1, done.stderr
