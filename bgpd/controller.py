@@ -339,8 +339,9 @@ class Controller:
         """bgpd.heap.settle once the first round is done, as the speaker does after its
         first sync: the informers' Services and Namespaces and the round's result live on
         without reference cycles, and every later round's full collections walked them
-        all (measured in process at 30,000 Services: a round 3.5-3.9 s, 2.2 s with the
-        heap frozen; docs/benchmarks.md "The controller at scale"). Only in a process of
+        all (measured with bench/bench_controller.py at 30,000 Services: a later round
+        0.78-0.84 s, 0.61-0.63 s with the heap frozen; docs/benchmarks.md "The
+        controller's heap frozen after its first round"). Only in a process of
         its own (`kube-bgpd controller`): inside a speaker (`--with-controller`), the
         speaker settles its heap after its own first sync."""
         log(logger, logging.INFO, "controller.heap_frozen", **heap.settle().log_context())

@@ -62,7 +62,7 @@ class Settled:
     rss_after: int
     trimmed: bool
     #: How long settle() took (it holds the event loop that long).
-    seconds: float = 0.0
+    seconds: float
 
     def log_context(self) -> dict[str, float]:
         """What the caller's `*.heap_frozen` line says: objects frozen, the seconds it
